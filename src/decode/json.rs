@@ -1,0 +1,777 @@
+//! A strict, allocation-light parser for DynamoDB JSON.
+//!
+//! Hand-written rather than serde-based so that it can borrow strings from the line, keep exact
+//! byte offsets and attribute paths for every error, refuse duplicate names, and stop at the
+//! first problem without ever recursing into unbounded input (nesting is checked before each
+//! descent). Input is `&str`: callers validate UTF-8 once per line.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+
+use super::{DecodeError, Item, MAX_DEPTH, MAX_ITEM_SIZE, Number, NumberError, RejectReason, TypeTag, Value, item_size};
+
+/// Decodes one export line, `{"Item":{...}}`, into an item.
+pub fn decode_export_line(line: &str) -> Result<Item<'_>, DecodeError> {
+    let mut p = Parser::new(line);
+    p.ws();
+    p.expect(b'{')?;
+    p.ws();
+    if p.peek() == Some(b'}') {
+        return Err(p.fail(RejectReason::NotAnItem, "line is an empty object, expected `{\"Item\":{...}}`"));
+    }
+    let key_at = p.pos;
+    let key = p.string()?;
+    if key != "Item" {
+        let reason = if matches!(&*key, "Metadata" | "Keys" | "NewImage" | "OldImage") {
+            RejectReason::IncrementalRecord
+        } else {
+            RejectReason::NotAnItem
+        };
+        p.pos = key_at;
+        return Err(p.fail(reason, format!("expected `Item` as the line's only field, found `{key}`")));
+    }
+    p.ws();
+    p.expect(b':')?;
+    p.ws();
+    let item = p.item()?;
+    p.ws();
+    if p.peek() == Some(b',') {
+        return Err(p.fail(RejectReason::NotAnItem, "unexpected field after `Item`"));
+    }
+    p.expect(b'}')?;
+    p.ws();
+    if p.pos != p.b.len() {
+        return Err(p.fail(RejectReason::InvalidJson, "unexpected text after the JSON object"));
+    }
+    Ok(item)
+}
+
+/// Decodes a bare attribute map `{"PK":{"S":"..."},...}` (the items of scan output).
+pub fn decode_item_object(text: &str) -> Result<Item<'_>, DecodeError> {
+    let mut p = Parser::new(text);
+    p.ws();
+    let item = p.item()?;
+    p.ws();
+    if p.pos != p.b.len() {
+        return Err(p.fail(RejectReason::InvalidJson, "unexpected text after the item"));
+    }
+    Ok(item)
+}
+
+/// Appends `s` as a JSON string literal.
+pub fn write_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(esc);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Seg<'a> {
+    Name(&'a str),
+    Index(usize),
+}
+
+/// Cursor over one JSON text with the attribute path of the value being read.
+pub(crate) struct Parser<'a> {
+    src: &'a str,
+    b: &'a [u8],
+    pub(crate) pos: usize,
+    path: Vec<Seg<'a>>,
+}
+
+// Bytes that end the fast path of a string: quote, backslash, control characters.
+static STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+impl<'a> Parser<'a> {
+    pub(crate) fn new(src: &'a str) -> Self {
+        Parser { src, b: src.as_bytes(), pos: 0, path: Vec::new() }
+    }
+
+    pub(crate) fn peek(&self) -> Option<u8> {
+        self.b.get(self.pos).copied()
+    }
+
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos >= self.b.len()
+    }
+
+    pub(crate) fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn path_string(&self) -> String {
+        let mut s = String::new();
+        for seg in &self.path {
+            match seg {
+                Seg::Name(n) => {
+                    if !s.is_empty() {
+                        s.push('.');
+                    }
+                    s.push_str(n);
+                }
+                Seg::Index(i) => {
+                    let _ = write!(s, "[{i}]");
+                }
+            }
+        }
+        s
+    }
+
+    pub(crate) fn fail(&self, reason: RejectReason, message: impl AsRef<str>) -> DecodeError {
+        let attribute = self.path_string();
+        let message = if attribute.is_empty() {
+            message.as_ref().to_owned()
+        } else {
+            format!("attribute `{attribute}`: {}", message.as_ref())
+        };
+        DecodeError::new(reason, attribute, self.pos, message)
+    }
+
+    fn syntax(&self, what: &str) -> DecodeError {
+        if self.at_end() {
+            self.fail(RejectReason::InvalidJson, format!("unexpected end of input, expected {what}"))
+        } else {
+            let found = self.src[self.pos..].chars().next().unwrap_or('?');
+            self.fail(RejectReason::InvalidJson, format!("expected {what}, found `{found}` at byte {}", self.pos))
+        }
+    }
+
+    pub(crate) fn expect(&mut self, c: u8) -> Result<(), DecodeError> {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.syntax(&format!("`{}`", c as char)))
+        }
+    }
+
+    pub(crate) fn string(&mut self) -> Result<Cow<'a, str>, DecodeError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.syntax("a string"));
+        }
+        self.pos += 1;
+        let start = self.pos;
+        let b = self.b;
+        let mut i = start;
+        while i < b.len() && !STRING_STOP[b[i] as usize] {
+            i += 1;
+        }
+        if i < b.len() && b[i] == b'"' {
+            self.pos = i + 1;
+            return Ok(Cow::Borrowed(&self.src[start..i]));
+        }
+        // Slow path: escapes.
+        let mut out = String::with_capacity(i - start + 16);
+        out.push_str(&self.src[start..i]);
+        self.pos = i;
+        loop {
+            let Some(c) = self.peek() else {
+                return Err(self.fail(RejectReason::InvalidJson, "unterminated string"));
+            };
+            match c {
+                b'"' => {
+                    self.pos += 1;
+                    return Ok(Cow::Owned(out));
+                }
+                b'\\' => {
+                    self.pos += 1;
+                    let Some(e) = self.peek() else {
+                        return Err(self.fail(RejectReason::InvalidJson, "unterminated string"));
+                    };
+                    self.pos += 1;
+                    match e {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => {
+                            let ch = self.unicode_escape()?;
+                            out.push(ch);
+                        }
+                        _ => {
+                            self.pos -= 1;
+                            return Err(self.fail(RejectReason::InvalidJson, "invalid escape in string"));
+                        }
+                    }
+                }
+                0..=0x1f => return Err(self.fail(RejectReason::InvalidJson, "control character in string")),
+                _ => {
+                    let run_start = self.pos;
+                    while self.pos < b.len() && !STRING_STOP[b[self.pos] as usize] {
+                        self.pos += 1;
+                    }
+                    out.push_str(&self.src[run_start..self.pos]);
+                }
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, DecodeError> {
+        let Some(h) = self.b.get(self.pos..self.pos + 4) else {
+            return Err(self.fail(RejectReason::InvalidJson, "truncated `\\u` escape"));
+        };
+        let mut v = 0u32;
+        for &c in h {
+            let d = (c as char).to_digit(16).ok_or_else(|| self.fail(RejectReason::InvalidJson, "invalid `\\u` escape"))?;
+            v = v * 16 + d;
+        }
+        self.pos += 4;
+        Ok(v)
+    }
+
+    fn unicode_escape(&mut self) -> Result<char, DecodeError> {
+        let hi = self.hex4()?;
+        let code = if (0xD800..0xDC00).contains(&hi) {
+            if self.b.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                return Err(self.fail(RejectReason::InvalidJson, "lone surrogate in `\\u` escape"));
+            }
+            self.pos += 2;
+            let lo = self.hex4()?;
+            if !(0xDC00..0xE000).contains(&lo) {
+                return Err(self.fail(RejectReason::InvalidJson, "lone surrogate in `\\u` escape"));
+            }
+            0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+        } else {
+            hi
+        };
+        char::from_u32(code).ok_or_else(|| self.fail(RejectReason::InvalidJson, "lone surrogate in `\\u` escape"))
+    }
+
+    fn literal(&mut self, word: &[u8]) -> bool {
+        if self.b[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// An attribute map: the item itself or the payload of `M`.
+    pub(crate) fn item(&mut self) -> Result<Item<'a>, DecodeError> {
+        let start = self.pos;
+        let item = self.attr_map(1)?;
+        if item.is_empty() {
+            self.pos = start;
+            return Err(self.fail(RejectReason::EmptyItem, "item has no attributes"));
+        }
+        let size = item_size(&item);
+        if size > MAX_ITEM_SIZE {
+            self.pos = start;
+            return Err(self.fail(
+                RejectReason::ItemTooLarge,
+                format!("item is {size} bytes as DynamoDB counts them, above the 400 KB limit ({MAX_ITEM_SIZE} bytes)"),
+            ));
+        }
+        Ok(item)
+    }
+
+    fn attr_map(&mut self, depth: usize) -> Result<Vec<(Cow<'a, str>, Value<'a>)>, DecodeError> {
+        if self.peek() != Some(b'{') {
+            return Err(self.fail(RejectReason::WrongValueShape, "expected a map of attributes (a JSON object)"));
+        }
+        self.pos += 1;
+        let mut out: Vec<(Cow<'a, str>, Value<'a>)> = Vec::new();
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(out);
+        }
+        loop {
+            self.ws();
+            let name_at = self.pos;
+            let name = self.string()?;
+            if out.iter().any(|(k, _)| *k == name) {
+                self.pos = name_at;
+                return Err(self.fail(RejectReason::DuplicateAttribute, format!("attribute `{name}` appears twice")));
+            }
+            self.ws();
+            self.expect(b':')?;
+            self.ws();
+            // Borrowed names go on the path as-is; escaped ones are rare, so copy for the path.
+            let seg_name: &'a str = match &name {
+                Cow::Borrowed(s) => s,
+                Cow::Owned(_) => "<escaped name>",
+            };
+            self.path.push(Seg::Name(seg_name));
+            let value = self.attr_value(depth)?;
+            self.path.pop();
+            out.push((name, value));
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                _ => return Err(self.syntax("`,` or `}`")),
+            }
+        }
+    }
+
+    /// One `{"T": payload}` object at nesting level `depth` (top-level attributes are 1).
+    fn attr_value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
+        if depth > MAX_DEPTH {
+            return Err(self.fail(
+                RejectReason::TooDeep,
+                format!("nesting deeper than {MAX_DEPTH} levels (DynamoDB's limit)"),
+            ));
+        }
+        if self.peek() != Some(b'{') {
+            return Err(self.fail(RejectReason::WrongValueShape, "expected an attribute value such as `{\"S\":\"...\"}`"));
+        }
+        self.pos += 1;
+        self.ws();
+        if self.peek() == Some(b'}') {
+            return Err(self.fail(RejectReason::NoTypeKey, "attribute value `{}` has no type key"));
+        }
+        let key_at = self.pos;
+        let key = self.string()?;
+        let Some(tag) = TypeTag::from_key(&key) else {
+            self.pos = key_at;
+            return Err(self.fail(
+                RejectReason::UnknownTypeKey,
+                format!("unknown type key `{key}`; expected one of S, N, B, BOOL, NULL, SS, NS, BS, L, M"),
+            ));
+        };
+        self.ws();
+        self.expect(b':')?;
+        self.ws();
+        let value = self.payload(tag, depth)?;
+        self.ws();
+        match self.peek() {
+            Some(b'}') => {
+                self.pos += 1;
+                Ok(value)
+            }
+            Some(b',') => {
+                self.pos += 1;
+                self.ws();
+                let second = self.string().map(|s| s.into_owned()).unwrap_or_else(|_| "?".to_owned());
+                Err(self.fail(
+                    RejectReason::TwoTypeKeys,
+                    format!("attribute value has two type keys, `{key}` and `{second}`"),
+                ))
+            }
+            _ => Err(self.syntax("`}`")),
+        }
+    }
+
+    fn number(&mut self, raw: Cow<'a, str>, at: usize) -> Result<Number<'a>, DecodeError> {
+        let parsed = match &raw {
+            Cow::Borrowed(s) => Number::parse(s),
+            Cow::Owned(s) => Number::parse(s).map(Number::into_owned),
+        };
+        parsed.map_err(|e| {
+            let mut shown: String = raw.chars().take(60).collect();
+            if shown.len() < raw.len() {
+                shown.push('…');
+            }
+            let (reason, msg) = match e {
+                NumberError::Syntax => (RejectReason::InvalidNumber, format!("`{shown}` is not a decimal number")),
+                NumberError::TooPrecise { digits } => (
+                    RejectReason::TooManyDigits,
+                    format!("number `{shown}` has {digits} significant digits; DynamoDB keeps at most 38"),
+                ),
+                NumberError::OutOfRange => (
+                    RejectReason::NumberOutOfRange,
+                    format!("number `{shown}` is outside DynamoDB's range (1E-130 to 9.99…E+125 in magnitude)"),
+                ),
+            };
+            let mut err = self.fail(reason, msg);
+            err.offset = at;
+            err
+        })
+    }
+
+    fn binary(&mut self, at: usize) -> Result<Cow<'a, [u8]>, DecodeError> {
+        let s = self.string()?;
+        base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map(Cow::Owned).map_err(|e| {
+            let mut err = self.fail(RejectReason::InvalidBase64, format!("binary value is not padded standard base64 ({e})"));
+            err.offset = at;
+            err
+        })
+    }
+
+    fn payload(&mut self, tag: TypeTag, depth: usize) -> Result<Value<'a>, DecodeError> {
+        let at = self.pos;
+        let want = |p: &Self, what: &str| p.fail(RejectReason::WrongValueShape, format!("`{tag}` value must be {what}"));
+        match tag {
+            TypeTag::S => {
+                if self.peek() != Some(b'"') {
+                    return Err(want(self, "a string"));
+                }
+                Ok(Value::S(self.string()?))
+            }
+            TypeTag::N => {
+                if self.peek() != Some(b'"') {
+                    return Err(want(self, "a string holding a number"));
+                }
+                let raw = self.string()?;
+                Ok(Value::N(self.number(raw, at)?))
+            }
+            TypeTag::B => {
+                if self.peek() != Some(b'"') {
+                    return Err(want(self, "a base64 string"));
+                }
+                Ok(Value::B(self.binary(at)?))
+            }
+            TypeTag::Bool => {
+                if self.literal(b"true") {
+                    Ok(Value::Bool(true))
+                } else if self.literal(b"false") {
+                    Ok(Value::Bool(false))
+                } else {
+                    Err(want(self, "`true` or `false`"))
+                }
+            }
+            TypeTag::Null => {
+                if self.literal(b"true") {
+                    Ok(Value::Null)
+                } else {
+                    Err(want(self, "`true`"))
+                }
+            }
+            TypeTag::SS | TypeTag::NS | TypeTag::BS => self.set(tag),
+            TypeTag::L => {
+                if self.peek() != Some(b'[') {
+                    return Err(want(self, "a JSON array"));
+                }
+                self.pos += 1;
+                let mut out = Vec::new();
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.pos += 1;
+                    return Ok(Value::L(out));
+                }
+                loop {
+                    self.ws();
+                    self.path.push(Seg::Index(out.len()));
+                    let v = self.attr_value(depth + 1)?;
+                    self.path.pop();
+                    out.push(v);
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => self.pos += 1,
+                        Some(b']') => {
+                            self.pos += 1;
+                            return Ok(Value::L(out));
+                        }
+                        _ => return Err(self.syntax("`,` or `]`")),
+                    }
+                }
+            }
+            TypeTag::M => {
+                if self.peek() != Some(b'{') {
+                    return Err(want(self, "a JSON object"));
+                }
+                Ok(Value::M(self.attr_map(depth + 1)?))
+            }
+        }
+    }
+
+    fn set(&mut self, tag: TypeTag) -> Result<Value<'a>, DecodeError> {
+        let at = self.pos;
+        if self.peek() != Some(b'[') {
+            return Err(self.fail(RejectReason::WrongValueShape, format!("`{tag}` value must be a JSON array")));
+        }
+        self.pos += 1;
+        let mut strings: Vec<Cow<'a, str>> = Vec::new();
+        let mut numbers: Vec<Number<'a>> = Vec::new();
+        let mut blobs: Vec<Cow<'a, [u8]>> = Vec::new();
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.pos = at;
+            return Err(self.fail(RejectReason::EmptySet, format!("empty `{tag}` set; DynamoDB never stores empty sets")));
+        }
+        loop {
+            self.ws();
+            let el_at = self.pos;
+            if self.peek() != Some(b'"') {
+                return Err(self.fail(RejectReason::WrongValueShape, format!("`{tag}` members must be strings")));
+            }
+            match tag {
+                TypeTag::SS => strings.push(self.string()?),
+                TypeTag::NS => {
+                    let raw = self.string()?;
+                    numbers.push(self.number(raw, el_at)?);
+                }
+                _ => blobs.push(self.binary(el_at)?),
+            }
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return Err(self.syntax("`,` or `]`")),
+            }
+        }
+        let dup = match tag {
+            TypeTag::SS => has_duplicate(&strings),
+            TypeTag::NS => has_duplicate(&numbers),
+            _ => has_duplicate(&blobs),
+        };
+        if dup {
+            self.pos = at;
+            return Err(self.fail(RejectReason::DuplicateSetMember, format!("`{tag}` set has a duplicate member")));
+        }
+        Ok(match tag {
+            TypeTag::SS => Value::SS(strings),
+            TypeTag::NS => Value::NS(numbers),
+            _ => Value::BS(blobs),
+        })
+    }
+
+    /// Skips any JSON value (for the parts of scan output that are not items), refusing nesting
+    /// deeper than `limit` so hostile input cannot exhaust the stack.
+    pub(crate) fn skip_value(&mut self, limit: usize) -> Result<(), DecodeError> {
+        if limit == 0 {
+            return Err(self.fail(RejectReason::InvalidJson, "JSON nested too deeply"));
+        }
+        self.ws();
+        match self.peek() {
+            Some(b'"') => self.string().map(drop),
+            Some(b'{') => {
+                self.pos += 1;
+                self.ws();
+                if self.peek() == Some(b'}') {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                loop {
+                    self.ws();
+                    self.string()?;
+                    self.ws();
+                    self.expect(b':')?;
+                    self.skip_value(limit - 1)?;
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => self.pos += 1,
+                        Some(b'}') => {
+                            self.pos += 1;
+                            return Ok(());
+                        }
+                        _ => return Err(self.syntax("`,` or `}`")),
+                    }
+                }
+            }
+            Some(b'[') => {
+                self.pos += 1;
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                loop {
+                    self.skip_value(limit - 1)?;
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => self.pos += 1,
+                        Some(b']') => {
+                            self.pos += 1;
+                            return Ok(());
+                        }
+                        _ => return Err(self.syntax("`,` or `]`")),
+                    }
+                }
+            }
+            Some(b't') if self.literal(b"true") => Ok(()),
+            Some(b'f') if self.literal(b"false") => Ok(()),
+            Some(b'n') if self.literal(b"null") => Ok(()),
+            Some(b'-' | b'0'..=b'9') => {
+                let start = self.pos;
+                while let Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') = self.peek() {
+                    self.pos += 1;
+                }
+                if self.src[start..self.pos].parse::<f64>().is_err() {
+                    self.pos = start;
+                    return Err(self.syntax("a JSON number"));
+                }
+                Ok(())
+            }
+            _ => Err(self.syntax("a JSON value")),
+        }
+    }
+
+    /// Reads a JSON number as text (for `Count` and similar fields).
+    pub(crate) fn plain_number(&mut self) -> Result<&'a str, DecodeError> {
+        self.ws();
+        let start = self.pos;
+        self.skip_value(1)?;
+        let text = &self.src[start..self.pos];
+        if text.parse::<f64>().is_err() {
+            self.pos = start;
+            return Err(self.syntax("a JSON number"));
+        }
+        Ok(text)
+    }
+
+    pub(crate) fn slice(&self, start: usize, end: usize) -> &'a str {
+        &self.src[start..end]
+    }
+}
+
+fn has_duplicate<T: PartialEq + std::hash::Hash + Eq>(items: &[T]) -> bool {
+    if items.len() <= 16 {
+        items.iter().enumerate().any(|(i, a)| items[..i].contains(a))
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(items.len());
+        !items.iter().all(|x| seen.insert(x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(line: &str) -> RejectReason {
+        match decode_export_line(line) {
+            Ok(item) => panic!("expected a reject, decoded {item:?}"),
+            Err(e) => e.reason,
+        }
+    }
+
+    #[test]
+    fn decodes_every_type() {
+        let line = r#"{"Item":{"PK":{"S":"CUST#7"},"SK":{"S":"PROFILE"},"Type":{"S":"Customer"},"score":{"N":"-12.50"},"big":{"N":"12345678901234567890123456789012345678"},"photo":{"B":"3q2+7w=="},"vip":{"BOOL":true},"nick":{"NULL":true},"tags":{"SS":["gold","eu"]},"lucky":{"NS":["7","13"]},"keys":{"BS":["AQI=","AwQ="]},"history":{"L":[{"S":"x"},{"N":"1"},{"M":{}}]},"addr":{"M":{"city":{"S":"Oslo"},"zip":{"N":"150"}}}}}"#;
+        let item = decode_export_line(line).unwrap();
+        assert_eq!(item.len(), 13);
+        let get = |name: &str| &item.iter().find(|(k, _)| k == name).unwrap().1;
+        assert_eq!(get("score"), &Value::N(Number::parse("-12.5").unwrap()));
+        assert_eq!(get("photo"), &Value::B(Cow::Owned(vec![0xde, 0xad, 0xbe, 0xef])));
+        assert_eq!(get("vip"), &Value::Bool(true));
+        assert_eq!(get("nick"), &Value::Null);
+        assert!(matches!(get("tags"), Value::SS(v) if v.len() == 2));
+        assert!(matches!(get("keys"), Value::BS(v) if v[1].as_ref() == [3, 4]));
+        assert!(matches!(get("history"), Value::L(v) if v.len() == 3 && v[2] == Value::M(vec![])));
+        assert!(matches!(get("addr"), Value::M(v) if v[1].1 == Value::N(Number::parse("150").unwrap())));
+    }
+
+    #[test]
+    fn escapes_and_whitespace() {
+        let line = "  { \"Item\" : { \"a\\\"b\" : { \"S\" : \"x\\n\\u00e9\\ud83d\\ude00\\/\" } } }  ";
+        let item = decode_export_line(line).unwrap();
+        assert_eq!(item[0].0, "a\"b");
+        assert_eq!(item[0].1, Value::S(Cow::Owned("x\né😀/".into())));
+        let b = decode_export_line(r#"{"Item":{"b":{"B":"3q2\/7w=="}}}"#).unwrap();
+        assert_eq!(b[0].1, Value::B(Cow::Owned(vec![0xde, 0xad, 0xbf, 0xef])));
+    }
+
+    #[test]
+    fn rejects_with_reasons() {
+        use RejectReason::*;
+        for (line, want) in [
+            (r#"{"Item":{"a":{"S":"x","N":"1"}}}"#, TwoTypeKeys),
+            (r#"{"Item":{"a":{"Q":"x"}}}"#, UnknownTypeKey),
+            (r#"{"Item":{"a":{}}}"#, NoTypeKey),
+            (r#"{"Item":{"a":{"N":"1.2.3"}}}"#, InvalidNumber),
+            (r#"{"Item":{"a":{"N":1}}}"#, WrongValueShape),
+            (r#"{"Item":{"a":{"N":"123456789012345678901234567890123456789"}}}"#, TooManyDigits),
+            (r#"{"Item":{"a":{"N":"1E+126"}}}"#, NumberOutOfRange),
+            (r#"{"Item":{"a":{"B":"3q2+7w="}}}"#, InvalidBase64),
+            (r#"{"Item":{"a":{"B":"3q2+7w"}}}"#, InvalidBase64),
+            (r#"{"Item":{"a":{"SS":[]}}}"#, EmptySet),
+            (r#"{"Item":{"a":{"NS":["1","1.0"]}}}"#, DuplicateSetMember),
+            (r#"{"Item":{"a":{"S":"x"},"a":{"S":"y"}}}"#, DuplicateAttribute),
+            (r#"{"Item":{}}"#, EmptyItem),
+            (r#"{"Item":{"a":{"S":"x"}}"#, InvalidJson),
+            (r#"{"Item":{"a":{"S":"x"}}} x"#, InvalidJson),
+            (r#"{"Item":{"a":{"S":"x"}},"b":1}"#, NotAnItem),
+            (r#"{"Metadata":{}}"#, IncrementalRecord),
+            (r#"[1]"#, InvalidJson),
+            (r#"{"Item":{"a":{"NULL":false}}}"#, WrongValueShape),
+            (r#"{"Item":{"a":{"BOOL":"true"}}}"#, WrongValueShape),
+            (r#"{"Item":{"a":{"S":"bad \u12"}}}"#, InvalidJson),
+            ("{\"Item\":{\"a\":{\"S\":\"tab\tin string\"}}}", InvalidJson),
+            ("", InvalidJson),
+        ] {
+            assert_eq!(reason(line), want, "line {line}");
+        }
+    }
+
+    fn nested(levels: usize) -> String {
+        let mut v = r#"{"S":"leaf"}"#.to_owned();
+        for _ in 1..levels {
+            v = format!(r#"{{"L":[{v}]}}"#);
+        }
+        format!(r#"{{"Item":{{"deep":{v}}}}}"#)
+    }
+
+    #[test]
+    fn nesting_limit_is_32_levels() {
+        assert!(decode_export_line(&nested(32)).is_ok());
+        let err = decode_export_line(&nested(33)).unwrap_err();
+        assert_eq!(err.reason, RejectReason::TooDeep);
+        assert!(err.attribute.starts_with("deep[0]"), "{}", err.attribute);
+        // Hostile depth never overflows the stack.
+        let hostile = format!(r#"{{"Item":{{"a":{}}}}}"#, r#"{"L":["#.repeat(100_000));
+        assert_eq!(reason(&hostile), RejectReason::TooDeep);
+    }
+
+    #[test]
+    fn item_size_is_measured_like_dynamodb() {
+        // 300 KB of binary is 400 KB of base64 text: the item is under the limit.
+        let raw = vec![7u8; 300 * 1024];
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&raw);
+        let line = format!(r#"{{"Item":{{"b":{{"B":"{b64}"}}}}}}"#);
+        assert!(line.len() > MAX_ITEM_SIZE);
+        assert!(decode_export_line(&line).is_ok());
+        let big = "x".repeat(MAX_ITEM_SIZE);
+        let err = decode_export_line(&format!(r#"{{"Item":{{"s":{{"S":"{big}"}}}}}}"#)).unwrap_err();
+        assert_eq!(err.reason, RejectReason::ItemTooLarge);
+    }
+
+    #[test]
+    fn errors_name_the_attribute_path() {
+        let err = decode_export_line(r#"{"Item":{"lines":{"L":[{"M":{"qty":{"N":"x"}}}]}}}"#).unwrap_err();
+        assert_eq!(err.attribute, "lines[0].qty");
+        assert_eq!(err.message, "attribute `lines[0].qty`: `x` is not a decimal number");
+    }
+
+    #[test]
+    fn json_string_escaping_round_trips() {
+        let s = "a\"b\\c\nd\u{1}é";
+        let mut out = String::new();
+        write_json_string(&mut out, s);
+        let mut p = Parser::new(&out);
+        assert_eq!(p.string().unwrap(), s);
+    }
+}

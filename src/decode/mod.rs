@@ -1,0 +1,311 @@
+//! Wire formats to typed items: DynamoDB JSON export lines and `aws dynamodb scan` documents.
+//!
+//! Owns the exact attribute model ([`Value`]) and every rule about what DynamoDB could have
+//! exported: one type key per value, canonical numbers, strict base64, non-empty sets without
+//! duplicates, nesting up to 32 levels and items up to 400 KB as DynamoDB measures them.
+//! Anything else becomes a [`DecodeError`] that the pipeline turns into a reject row. This module
+//! knows nothing of entities, Arrow or files; it never panics on any input.
+
+pub mod json;
+pub mod number;
+pub mod scan;
+
+use std::borrow::Cow;
+use std::fmt;
+
+pub use number::{Number, NumberError, NumberStats};
+
+/// Deepest nesting DynamoDB accepts, counting a top-level attribute as level 1.
+pub const MAX_DEPTH: usize = 32;
+/// Largest item DynamoDB stores: 400 KB.
+pub const MAX_ITEM_SIZE: usize = 400 * 1024;
+
+/// One attribute value, exactly as DynamoDB typed it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'a> {
+    S(Cow<'a, str>),
+    N(Number<'a>),
+    B(Cow<'a, [u8]>),
+    Bool(bool),
+    Null,
+    SS(Vec<Cow<'a, str>>),
+    NS(Vec<Number<'a>>),
+    BS(Vec<Cow<'a, [u8]>>),
+    L(Vec<Value<'a>>),
+    M(Vec<(Cow<'a, str>, Value<'a>)>),
+}
+
+/// An item: attribute names and values in the order they were read.
+pub type Item<'a> = Vec<(Cow<'a, str>, Value<'a>)>;
+
+/// The ten DynamoDB attribute types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TypeTag {
+    S,
+    N,
+    B,
+    Bool,
+    Null,
+    SS,
+    NS,
+    BS,
+    L,
+    M,
+}
+
+impl TypeTag {
+    pub const ALL: [TypeTag; 10] = [
+        TypeTag::S,
+        TypeTag::N,
+        TypeTag::B,
+        TypeTag::Bool,
+        TypeTag::Null,
+        TypeTag::SS,
+        TypeTag::NS,
+        TypeTag::BS,
+        TypeTag::L,
+        TypeTag::M,
+    ];
+
+    /// The key DynamoDB JSON uses for this type.
+    pub fn key(self) -> &'static str {
+        match self {
+            TypeTag::S => "S",
+            TypeTag::N => "N",
+            TypeTag::B => "B",
+            TypeTag::Bool => "BOOL",
+            TypeTag::Null => "NULL",
+            TypeTag::SS => "SS",
+            TypeTag::NS => "NS",
+            TypeTag::BS => "BS",
+            TypeTag::L => "L",
+            TypeTag::M => "M",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<TypeTag> {
+        TypeTag::ALL.into_iter().find(|t| t.key() == key)
+    }
+}
+
+impl fmt::Display for TypeTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+impl Value<'_> {
+    pub fn tag(&self) -> TypeTag {
+        match self {
+            Value::S(_) => TypeTag::S,
+            Value::N(_) => TypeTag::N,
+            Value::B(_) => TypeTag::B,
+            Value::Bool(_) => TypeTag::Bool,
+            Value::Null => TypeTag::Null,
+            Value::SS(_) => TypeTag::SS,
+            Value::NS(_) => TypeTag::NS,
+            Value::BS(_) => TypeTag::BS,
+            Value::L(_) => TypeTag::L,
+            Value::M(_) => TypeTag::M,
+        }
+    }
+
+    /// Size as DynamoDB counts it: strings as UTF-8 bytes, numbers by significant digits,
+    /// binary as raw bytes, 3 bytes plus 1 per element for lists and maps.
+    pub fn dynamodb_size(&self) -> usize {
+        match self {
+            Value::S(s) => s.len(),
+            Value::N(n) => number_size(n),
+            Value::B(b) => b.len(),
+            Value::Bool(_) | Value::Null => 1,
+            Value::SS(v) => v.iter().map(|s| s.len()).sum(),
+            Value::NS(v) => v.iter().map(number_size).sum(),
+            Value::BS(v) => v.iter().map(|b| b.len()).sum(),
+            Value::L(v) => 3 + v.iter().map(|e| 1 + e.dynamodb_size()).sum::<usize>(),
+            Value::M(v) => 3 + v.iter().map(|(k, e)| 1 + k.len() + e.dynamodb_size()).sum::<usize>(),
+        }
+    }
+
+    /// Writes the value as compact DynamoDB JSON (`{"S":"x"}`), numbers in canonical form and
+    /// binary as padded base64: the lossless text form used for `json` columns.
+    pub fn write_dynamodb_json(&self, out: &mut String) {
+        use base64::Engine as _;
+        let b64 = &base64::engine::general_purpose::STANDARD;
+        out.push_str("{\"");
+        out.push_str(self.tag().key());
+        out.push_str("\":");
+        match self {
+            Value::S(s) => json::write_json_string(out, s),
+            Value::N(n) => json::write_json_string(out, n.as_str()),
+            Value::B(b) => {
+                out.push('"');
+                b64.encode_string(b, out);
+                out.push('"');
+            }
+            Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Value::Null => out.push_str("true"),
+            Value::SS(v) => write_list(out, v, |out, s| json::write_json_string(out, s)),
+            Value::NS(v) => write_list(out, v, |out, n| json::write_json_string(out, n.as_str())),
+            Value::BS(v) => write_list(out, v, |out, b| {
+                out.push('"');
+                b64.encode_string(b, out);
+                out.push('"');
+            }),
+            Value::L(v) => write_list(out, v, |out, e| e.write_dynamodb_json(out)),
+            Value::M(v) => {
+                out.push('{');
+                for (i, (k, e)) in v.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    json::write_json_string(out, k);
+                    out.push(':');
+                    e.write_dynamodb_json(out);
+                }
+                out.push('}');
+            }
+        }
+        out.push('}');
+    }
+}
+
+fn write_list<T>(out: &mut String, items: &[T], mut each: impl FnMut(&mut String, &T)) {
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        each(out, item);
+    }
+    out.push(']');
+}
+
+fn number_size(n: &Number<'_>) -> usize {
+    n.significant_digits().div_ceil(2) + 1
+}
+
+/// Size of a whole item as DynamoDB counts it: attribute names plus values.
+pub fn item_size(item: &Item<'_>) -> usize {
+    item.iter().map(|(k, v)| k.len() + v.dynamodb_size()).sum()
+}
+
+/// Writes a whole item as compact DynamoDB JSON (`{"a":{"S":"x"},...}`).
+pub fn write_item_json(item: &Item<'_>, out: &mut String) {
+    out.push('{');
+    for (i, (k, v)) in item.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        json::write_json_string(out, k);
+        out.push(':');
+        v.write_dynamodb_json(out);
+    }
+    out.push('}');
+}
+
+/// Why an input line or item was rejected: a stable code for the rejects table and reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    InvalidUtf8,
+    InvalidJson,
+    NotAnItem,
+    NoTypeKey,
+    TwoTypeKeys,
+    UnknownTypeKey,
+    WrongValueShape,
+    InvalidNumber,
+    TooManyDigits,
+    NumberOutOfRange,
+    InvalidBase64,
+    EmptySet,
+    DuplicateSetMember,
+    DuplicateAttribute,
+    TooDeep,
+    EmptyItem,
+    ItemTooLarge,
+    LineTooLong,
+    CorruptFile,
+    IncrementalRecord,
+}
+
+impl RejectReason {
+    pub fn code(self) -> &'static str {
+        match self {
+            RejectReason::InvalidUtf8 => "invalid_utf8",
+            RejectReason::InvalidJson => "invalid_json",
+            RejectReason::NotAnItem => "not_an_item",
+            RejectReason::NoTypeKey => "no_type_key",
+            RejectReason::TwoTypeKeys => "two_type_keys",
+            RejectReason::UnknownTypeKey => "unknown_type_key",
+            RejectReason::WrongValueShape => "wrong_value_shape",
+            RejectReason::InvalidNumber => "invalid_number",
+            RejectReason::TooManyDigits => "too_many_digits",
+            RejectReason::NumberOutOfRange => "number_out_of_range",
+            RejectReason::InvalidBase64 => "invalid_base64",
+            RejectReason::EmptySet => "empty_set",
+            RejectReason::DuplicateSetMember => "duplicate_set_member",
+            RejectReason::DuplicateAttribute => "duplicate_attribute",
+            RejectReason::TooDeep => "too_deep",
+            RejectReason::EmptyItem => "empty_item",
+            RejectReason::ItemTooLarge => "item_too_large",
+            RejectReason::LineTooLong => "line_too_long",
+            RejectReason::CorruptFile => "corrupt_file",
+            RejectReason::IncrementalRecord => "incremental_record",
+        }
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// A line or item that is not something DynamoDB could have exported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DecodeError {
+    pub reason: RejectReason,
+    /// Attribute path such as `address.zip` or `tags[2]`, empty when the whole line is at fault.
+    pub attribute: String,
+    /// Byte offset of the problem inside the line (or item).
+    pub offset: usize,
+    /// Lowercase message naming the attribute, with backticks around identifiers.
+    pub message: String,
+}
+
+impl DecodeError {
+    pub fn new(reason: RejectReason, attribute: impl Into<String>, offset: usize, message: impl Into<String>) -> Self {
+        DecodeError { reason, attribute: attribute.into(), offset, message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_follow_dynamodb_rules() {
+        let item: Item<'_> = vec![
+            (Cow::Borrowed("pk"), Value::S(Cow::Borrowed("abc"))),
+            (Cow::Borrowed("n"), Value::N(Number::parse("12345").unwrap())),
+            (Cow::Borrowed("b"), Value::B(Cow::Owned(vec![0; 10]))),
+            (Cow::Borrowed("l"), Value::L(vec![Value::Bool(true), Value::Null])),
+            (Cow::Borrowed("m"), Value::M(vec![(Cow::Borrowed("k"), Value::S(Cow::Borrowed("v")))])),
+        ];
+        // pk: 2 + 3; n: 1 + (3 + 1); b: 1 + 10; l: 1 + 3 + 2*(1+1); m: 1 + 3 + 1 + 1 + 1
+        assert_eq!(item_size(&item), 5 + 5 + 11 + 8 + 7);
+    }
+
+    #[test]
+    fn dynamodb_json_is_lossless_text() {
+        let v = Value::M(vec![
+            (Cow::Borrowed("a\"b"), Value::BS(vec![Cow::Owned(vec![0xde, 0xad, 0xbe, 0xef])])),
+            (Cow::Borrowed("n"), Value::NS(vec![Number::parse("1.50").unwrap()])),
+        ]);
+        let mut s = String::new();
+        v.write_dynamodb_json(&mut s);
+        assert_eq!(s, r#"{"M":{"a\"b":{"BS":["3q2+7w=="]},"n":{"NS":["1.5"]}}}"#);
+    }
+}
