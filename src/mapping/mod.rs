@@ -1,0 +1,169 @@
+//! Table schemas: the column types etl writes, and schema inference when no mapping file is given.
+//!
+//! A [`TableSchema`] is the typed contract between routing/normalizing and the sink: column names,
+//! [`ColumnType`]s and where each column came from in DynamoDB. Inference ([`infer`]) builds one
+//! per entity from every item, never a sample. This module does no I/O.
+
+pub mod infer;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
+use serde::Serialize;
+
+use crate::decode::TypeTag;
+
+/// The one field metadata key: the DynamoDB type(s) a column's values had (`S`, `N`, `SS`,
+/// `S|N`, ...).
+pub const META_DYNAMODB_TYPE: &str = "dynamodb.type";
+/// Inside [`META_DYNAMODB_TYPE`]: how a text column encodes its values, as in
+/// `S|N; encoding=dynamodb-json` or `N; encoding=decimal-text`.
+pub const ENCODING_PREFIX: &str = "encoding=";
+
+/// Precision of every inferred decimal column: the most DynamoDB numbers can have.
+pub const DECIMAL_PRECISION: u8 = 38;
+
+/// A column's type in the output tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ColumnType {
+    Int64,
+    Decimal { precision: u8, scale: i8 },
+    /// Numbers that fit no Decimal128 kept as exact canonical decimal text.
+    DecimalText,
+    Utf8,
+    Binary,
+    Bool,
+    /// Values of mixed or unstable shape, as compact DynamoDB JSON text (lossless).
+    Json,
+    /// Only `NULL` values were seen.
+    Null,
+    List { element: Box<ColumnType>, set: Option<SetKind> },
+    Struct { fields: Vec<StructField> },
+}
+
+/// Which DynamoDB set a list column came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SetKind {
+    SS,
+    NS,
+    BS,
+}
+
+impl SetKind {
+    pub fn tag(self) -> TypeTag {
+        match self {
+            SetKind::SS => TypeTag::SS,
+            SetKind::NS => TypeTag::NS,
+            SetKind::BS => TypeTag::BS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StructField {
+    pub name: String,
+    #[serde(flatten)]
+    pub ty: ColumnType,
+    /// DynamoDB types seen for this field, with counts.
+    pub seen: BTreeMap<String, u64>,
+}
+
+/// One output column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Column {
+    pub name: String,
+    /// The attribute it reads.
+    pub source: String,
+    #[serde(flatten)]
+    pub ty: ColumnType,
+    pub nullable: bool,
+    /// DynamoDB types seen for this attribute, with counts.
+    pub seen: BTreeMap<String, u64>,
+}
+
+/// The schema of one output table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableSchema {
+    pub table: String,
+    /// The type-attribute value that routes items here (`None` for `_untyped`).
+    pub entity: Option<String>,
+    pub columns: Vec<Column>,
+}
+
+impl ColumnType {
+    pub fn arrow(&self) -> DataType {
+        match self {
+            ColumnType::Int64 => DataType::Int64,
+            ColumnType::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale),
+            ColumnType::DecimalText | ColumnType::Utf8 | ColumnType::Json | ColumnType::Null => DataType::Utf8,
+            ColumnType::Binary => DataType::Binary,
+            ColumnType::Bool => DataType::Boolean,
+            ColumnType::List { element, set } => {
+                DataType::List(Arc::new(element.field("item", set.map(|s| s.tag().key().to_owned()))))
+            }
+            ColumnType::Struct { fields } => DataType::Struct(Fields::from(
+                fields.iter().map(|f| f.ty.field(&f.name, Some(seen_label(&f.seen)))).collect::<Vec<_>>(),
+            )),
+        }
+    }
+
+    /// An Arrow field of this type with etl's metadata.
+    ///
+    /// Exactly one metadata key per field: Arrow serialises field metadata from a hash map, so
+    /// two keys could be written in either order and Parquet output would not be byte-identical.
+    pub fn field(&self, name: &str, dynamodb_type: Option<String>) -> Field {
+        let mut value = dynamodb_type.unwrap_or_default();
+        let encoding = match self {
+            ColumnType::Json => Some("dynamodb-json"),
+            ColumnType::DecimalText => Some("decimal-text"),
+            _ => None,
+        };
+        if let Some(enc) = encoding {
+            value.push_str(&format!("; {ENCODING_PREFIX}{enc}"));
+        }
+        let meta: std::collections::HashMap<String, String> = if value.is_empty() {
+            Default::default()
+        } else {
+            [(META_DYNAMODB_TYPE.to_owned(), value)].into()
+        };
+        Field::new(name, self.arrow(), true).with_metadata(meta)
+    }
+
+    /// A short name for reports: `int64`, `decimal(38,2)`, `list<string>`, ...
+    pub fn label(&self) -> String {
+        match self {
+            ColumnType::Int64 => "int64".into(),
+            ColumnType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+            ColumnType::DecimalText => "decimal-text".into(),
+            ColumnType::Utf8 => "string".into(),
+            ColumnType::Binary => "binary".into(),
+            ColumnType::Bool => "bool".into(),
+            ColumnType::Json => "json".into(),
+            ColumnType::Null => "null".into(),
+            ColumnType::List { element, set: Some(s) } => format!("set<{}> ({s:?})", element.label()),
+            ColumnType::List { element, set: None } => format!("list<{}>", element.label()),
+            ColumnType::Struct { fields } => format!("struct<{} fields>", fields.len()),
+        }
+    }
+}
+
+/// `S`, `N`, or `N|S` when several types were seen (NULL left out unless alone).
+pub fn seen_label(seen: &BTreeMap<String, u64>) -> String {
+    let non_null: Vec<&str> = seen.keys().filter(|k| *k != "NULL").map(String::as_str).collect();
+    if non_null.is_empty() { seen.keys().cloned().collect::<Vec<_>>().join("|") } else { non_null.join("|") }
+}
+
+impl TableSchema {
+    pub fn arrow_schema(&self) -> Schema {
+        let mut meta = std::collections::HashMap::new();
+        if let Some(e) = &self.entity {
+            meta.insert("etl.entity".to_owned(), e.clone());
+        }
+        Schema::new_with_metadata(
+            self.columns.iter().map(|c| c.ty.field(&c.name, Some(seen_label(&c.seen)))).collect::<Vec<_>>(),
+            meta,
+        )
+    }
+}

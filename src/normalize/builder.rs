@@ -1,0 +1,372 @@
+//! Column builders: items in, Arrow arrays out.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayBuilder, ArrayRef, BinaryBuilder, NullBufferBuilder, BooleanBuilder, Decimal128Builder, Int64Builder, ListArray, RecordBatch, StringBuilder,
+    StructArray,
+};
+use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+use datafusion::arrow::error::ArrowError;
+
+use crate::decode::{Item, TypeTag, Value};
+use crate::mapping::{ColumnType, TableSchema};
+
+/// A value did not fit its column, or Arrow refused the arrays.
+#[derive(Debug, thiserror::Error)]
+pub enum NormalizeError {
+    #[error("column `{column}` of table `{table}` expects {expected}, found a `{found}` value")]
+    Mismatch { table: String, column: String, expected: String, found: TypeTag },
+    #[error("attribute `{attribute}` has no column in table `{table}`")]
+    UnknownAttribute { table: String, attribute: String },
+    #[error("building arrays for table `{table}`: {source}")]
+    Arrow { table: String, source: ArrowError },
+}
+
+enum Col {
+    Int64(Int64Builder),
+    Decimal(Decimal128Builder, u32),
+    Utf8(StringBuilder),
+    DecimalText(StringBuilder),
+    Binary(BinaryBuilder),
+    Bool(BooleanBuilder),
+    Json(StringBuilder, String),
+    Null(StringBuilder),
+    List { field: FieldRef, offsets: Vec<i32>, nulls: NullBufferBuilder, child: Box<Col> },
+    Struct { fields: Fields, names: Vec<String>, children: Vec<Col>, nulls: NullBufferBuilder },
+}
+
+/// Where a mismatch happened: `expected` describes the column type.
+struct Mismatch {
+    expected: String,
+    found: TypeTag,
+}
+
+impl Col {
+    fn new(ty: &ColumnType, arrow: &DataType) -> Col {
+        match (ty, arrow) {
+            (ColumnType::Int64, _) => Col::Int64(Int64Builder::new()),
+            (ColumnType::Decimal { .. }, dt) => {
+                let scale = match dt {
+                    DataType::Decimal128(_, s) => (*s).max(0) as u32,
+                    _ => 0,
+                };
+                Col::Decimal(Decimal128Builder::new().with_data_type(dt.clone()), scale)
+            }
+            (ColumnType::Utf8, _) => Col::Utf8(StringBuilder::new()),
+            (ColumnType::DecimalText, _) => Col::DecimalText(StringBuilder::new()),
+            (ColumnType::Binary, _) => Col::Binary(BinaryBuilder::new()),
+            (ColumnType::Bool, _) => Col::Bool(BooleanBuilder::new()),
+            (ColumnType::Json, _) => Col::Json(StringBuilder::new(), String::new()),
+            (ColumnType::Null, _) => Col::Null(StringBuilder::new()),
+            (ColumnType::List { element, .. }, DataType::List(field)) => Col::List {
+                field: field.clone(),
+                offsets: vec![0],
+                nulls: NullBufferBuilder::new(0),
+                child: Box::new(Col::new(element, field.data_type())),
+            },
+            (ColumnType::Struct { fields }, DataType::Struct(arrow_fields)) => Col::Struct {
+                fields: arrow_fields.clone(),
+                names: fields.iter().map(|f| f.name.clone()).collect(),
+                children: fields.iter().zip(arrow_fields.iter()).map(|(f, af)| Col::new(&f.ty, af.data_type())).collect(),
+                nulls: NullBufferBuilder::new(0),
+            },
+            // The arrow type is derived from the column type, so the pairs above are complete.
+            (_, _) => Col::Null(StringBuilder::new()),
+        }
+    }
+
+    fn expected(&self) -> &'static str {
+        match self {
+            Col::Int64(_) => "an integral number within int64",
+            Col::Decimal(..) => "a number that fits the decimal column",
+            Col::Utf8(_) => "a string (`S`)",
+            Col::DecimalText(_) => "a number (`N`)",
+            Col::Binary(_) => "binary (`B`)",
+            Col::Bool(_) => "a boolean (`BOOL`)",
+            Col::Json(..) => "any value",
+            Col::Null(_) => "only `NULL`",
+            Col::List { .. } => "a list or set",
+            Col::Struct { .. } => "a map (`M`)",
+        }
+    }
+
+    fn append(&mut self, v: Option<&Value<'_>>) -> Result<(), Mismatch> {
+        let v = match (v, &*self) {
+            (Some(Value::Null), Col::Json(..)) => Some(&Value::Null),
+            (Some(Value::Null), _) | (None, _) => None,
+            (Some(v), _) => Some(v),
+        };
+        let mismatch = |c: &Col, v: &Value<'_>| Mismatch { expected: c.expected().to_owned(), found: v.tag() };
+        match self {
+            Col::Int64(b) => match v {
+                None => b.append_null(),
+                Some(Value::N(n)) => match n.to_i64() {
+                    Some(i) => b.append_value(i),
+                    None => return Err(Mismatch { expected: "an integral number within int64".into(), found: TypeTag::N }),
+                },
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::Decimal(b, scale) => match v {
+                None => b.append_null(),
+                Some(Value::N(n)) => match n.to_i128_scaled(*scale) {
+                    Some(i) => b.append_value(i),
+                    None => return Err(Mismatch { expected: format!("a number with at most {scale} decimals"), found: TypeTag::N }),
+                },
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::Utf8(b) => match v {
+                None => b.append_null(),
+                Some(Value::S(s)) => b.append_value(s),
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::DecimalText(b) => match v {
+                None => b.append_null(),
+                Some(Value::N(n)) => b.append_value(n.as_str()),
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::Binary(b) => match v {
+                None => b.append_null(),
+                Some(Value::B(x)) => b.append_value(x),
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::Bool(b) => match v {
+                None => b.append_null(),
+                Some(Value::Bool(x)) => b.append_value(*x),
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::Json(b, scratch) => match v {
+                None => b.append_null(),
+                Some(v) => {
+                    scratch.clear();
+                    v.write_dynamodb_json(scratch);
+                    b.append_value(scratch.as_str());
+                }
+            },
+            Col::Null(b) => match v {
+                None => b.append_null(),
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::List { offsets, nulls, child, .. } => {
+                match v {
+                    None => nulls.append_null(),
+                    Some(Value::L(items)) => {
+                        for e in items {
+                            child.append(Some(e))?;
+                        }
+                        nulls.append_non_null();
+                    }
+                    Some(Value::SS(items)) => {
+                        for s in items {
+                            child.append(Some(&Value::S(Cow::Borrowed(s.as_ref()))))?;
+                        }
+                        nulls.append_non_null();
+                    }
+                    Some(Value::NS(items)) => {
+                        for n in items {
+                            child.append(Some(&Value::N(n.clone())))?;
+                        }
+                        nulls.append_non_null();
+                    }
+                    Some(Value::BS(items)) => {
+                        for x in items {
+                            child.append(Some(&Value::B(Cow::Borrowed(x.as_ref()))))?;
+                        }
+                        nulls.append_non_null();
+                    }
+                    Some(v) => return Err(Mismatch { expected: "a list or set".into(), found: v.tag() }),
+                }
+                let len = child.len() as i32;
+                offsets.push(len);
+            }
+            Col::Struct { names, children, nulls, .. } => match v {
+                None => {
+                    for c in children.iter_mut() {
+                        c.append(None)?;
+                    }
+                    nulls.append_null();
+                }
+                Some(Value::M(fields)) => {
+                    for (name, c) in names.iter().zip(children.iter_mut()) {
+                        let found = fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+                        c.append(found)?;
+                    }
+                    nulls.append_non_null();
+                }
+                Some(v) => return Err(Mismatch { expected: "a map (`M`)".into(), found: v.tag() }),
+            },
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Col::Int64(b) => b.len(),
+            Col::Decimal(b, _) => b.len(),
+            Col::Utf8(b) | Col::DecimalText(b) | Col::Json(b, _) | Col::Null(b) => b.len(),
+            Col::Binary(b) => b.len(),
+            Col::Bool(b) => b.len(),
+            Col::List { nulls, .. } | Col::Struct { nulls, .. } => nulls.len(),
+        }
+    }
+
+    fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
+        Ok(match self {
+            Col::Int64(b) => Arc::new(b.finish()),
+            Col::Decimal(b, _) => Arc::new(b.finish()),
+            Col::Utf8(b) | Col::DecimalText(b) | Col::Json(b, _) | Col::Null(b) => Arc::new(b.finish()),
+            Col::Binary(b) => Arc::new(b.finish()),
+            Col::Bool(b) => Arc::new(b.finish()),
+            Col::List { field, offsets, nulls, child } => {
+                let values = child.finish()?;
+                let offs = std::mem::replace(offsets, vec![0]);
+                Arc::new(ListArray::try_new(
+                    field.clone(),
+                    OffsetBuffer::new(ScalarBuffer::from(offs)),
+                    values,
+                    nulls.finish(),
+                )?)
+            }
+            Col::Struct { fields, children, nulls, .. } => {
+                let len = nulls.len();
+                let arrays = children.iter_mut().map(Col::finish).collect::<Result<Vec<_>, _>>()?;
+                let n = nulls.finish();
+                if arrays.is_empty() {
+                    Arc::new(StructArray::new_empty_fields(len, n))
+                } else {
+                    Arc::new(StructArray::try_new(fields.clone(), arrays, n)?)
+                }
+            }
+        })
+    }
+}
+
+/// Builds record batches of one table from items.
+pub struct BatchBuilder {
+    table: String,
+    schema: SchemaRef,
+    names: Vec<String>,
+    index: HashMap<String, usize>,
+    cols: Vec<Col>,
+    rows: usize,
+}
+
+impl BatchBuilder {
+    pub fn new(table: &TableSchema) -> Self {
+        let schema = Arc::new(table.arrow_schema());
+        let cols = table.columns.iter().zip(schema.fields()).map(|(c, f)| Col::new(&c.ty, f.data_type())).collect();
+        let names: Vec<String> = table.columns.iter().map(|c| c.source.clone()).collect();
+        let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        BatchBuilder { table: table.table.clone(), schema, names, index, cols, rows: 0 }
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn append(&mut self, item: &Item<'_>) -> Result<(), NormalizeError> {
+        let mut slots: Vec<Option<&Value<'_>>> = vec![None; self.cols.len()];
+        for (pos, (name, value)) in item.iter().enumerate() {
+            let i = match self.names.get(pos) {
+                Some(n) if n == name => pos,
+                _ => *self.index.get(name.as_ref()).ok_or_else(|| NormalizeError::UnknownAttribute {
+                    table: self.table.clone(),
+                    attribute: name.to_string(),
+                })?,
+            };
+            slots[i] = Some(value);
+        }
+        for (i, (col, v)) in self.cols.iter_mut().zip(slots).enumerate() {
+            col.append(v).map_err(|m| NormalizeError::Mismatch {
+                table: self.table.clone(),
+                column: self.names[i].clone(),
+                expected: m.expected,
+                found: m.found,
+            })?;
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    pub fn finish(&mut self) -> Result<RecordBatch, NormalizeError> {
+        let arrow = |source| NormalizeError::Arrow { table: self.table.clone(), source };
+        let arrays = self.cols.iter_mut().map(Col::finish).collect::<Result<Vec<_>, _>>().map_err(arrow)?;
+        let rows = std::mem::take(&mut self.rows);
+        let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+        RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts).map_err(arrow)
+    }
+}
+
+/// The `_rejects` table's schema.
+pub fn rejects_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("source_file", DataType::Utf8, false),
+        Field::new("line", DataType::Int64, false),
+        Field::new("byte_offset", DataType::Int64, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new("attribute", DataType::Utf8, true),
+        Field::new("message", DataType::Utf8, false),
+        Field::new("raw", DataType::Utf8, false),
+        Field::new("raw_truncated", DataType::Boolean, false),
+    ]))
+}
+
+/// Builds `_rejects` batches.
+#[derive(Default)]
+pub struct RejectsBuilder {
+    file: StringBuilder,
+    line: Int64Builder,
+    offset: Int64Builder,
+    reason: StringBuilder,
+    attribute: StringBuilder,
+    message: StringBuilder,
+    raw: StringBuilder,
+    truncated: BooleanBuilder,
+    rows: usize,
+}
+
+impl RejectsBuilder {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn append(&mut self, file: &str, r: &crate::pipeline::spill::RejectRow<'_>) {
+        self.file.append_value(file);
+        self.line.append_value(r.line as i64);
+        self.offset.append_value(r.offset as i64);
+        self.reason.append_value(r.reason.code());
+        if r.attribute.is_empty() {
+            self.attribute.append_null();
+        } else {
+            self.attribute.append_value(r.attribute);
+        }
+        self.message.append_value(r.message);
+        self.raw.append_value(String::from_utf8_lossy(r.raw));
+        self.truncated.append_value(r.truncated);
+        self.rows += 1;
+    }
+
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        self.rows = 0;
+        RecordBatch::try_new(
+            rejects_schema(),
+            vec![
+                Arc::new(self.file.finish()),
+                Arc::new(self.line.finish()),
+                Arc::new(self.offset.finish()),
+                Arc::new(self.reason.finish()),
+                Arc::new(self.attribute.finish()),
+                Arc::new(self.message.finish()),
+                Arc::new(self.raw.finish()),
+                Arc::new(self.truncated.finish()),
+            ],
+        )
+    }
+}
