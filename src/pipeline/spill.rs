@@ -1,0 +1,259 @@
+//! The compact binary form items take between the two passes.
+//!
+//! Pass one decodes JSON once, infers schemas and writes items here; pass two reads them back
+//! (borrowing strings and bytes from the chunk) to build Arrow columns. The format is private
+//! to one run and never leaves the staging folder.
+
+use std::borrow::Cow;
+
+use crate::decode::{Item, Number, RejectReason, TypeTag, Value};
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+pub fn encode_item(item: &Item<'_>, out: &mut Vec<u8>) {
+    put_varint(out, item.len() as u64);
+    for (k, v) in item {
+        put_bytes(out, k.as_bytes());
+        encode_value(v, out);
+    }
+}
+
+fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) {
+    out.push(v.tag() as u8);
+    match v {
+        Value::S(s) => put_bytes(out, s.as_bytes()),
+        Value::N(n) => put_bytes(out, n.as_str().as_bytes()),
+        Value::B(b) => put_bytes(out, b),
+        Value::Bool(b) => out.push(u8::from(*b)),
+        Value::Null => {}
+        Value::SS(v) => {
+            put_varint(out, v.len() as u64);
+            v.iter().for_each(|s| put_bytes(out, s.as_bytes()));
+        }
+        Value::NS(v) => {
+            put_varint(out, v.len() as u64);
+            v.iter().for_each(|n| put_bytes(out, n.as_str().as_bytes()));
+        }
+        Value::BS(v) => {
+            put_varint(out, v.len() as u64);
+            v.iter().for_each(|b| put_bytes(out, b));
+        }
+        Value::L(v) => {
+            put_varint(out, v.len() as u64);
+            v.iter().for_each(|e| encode_value(e, out));
+        }
+        Value::M(v) => {
+            put_varint(out, v.len() as u64);
+            for (k, e) in v {
+                put_bytes(out, k.as_bytes());
+                encode_value(e, out);
+            }
+        }
+    }
+}
+
+/// The spill bytes were not written by [`encode_item`]: a bug or a damaged staging folder.
+#[derive(Debug, thiserror::Error)]
+#[error("spill data is damaged at byte {0}")]
+pub struct SpillError(pub usize);
+
+/// Reads values back, borrowing from the chunk.
+pub struct Reader<'a> {
+    b: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(b: &'a [u8]) -> Self {
+        Reader { b, pos: 0 }
+    }
+
+    pub fn at_end(&self) -> bool {
+        self.pos >= self.b.len()
+    }
+
+    fn varint(&mut self) -> Result<u64, SpillError> {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let byte = *self.b.get(self.pos).ok_or(SpillError(self.pos))?;
+            self.pos += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Ok(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return Err(SpillError(self.pos));
+            }
+        }
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], SpillError> {
+        let n = self.varint()? as usize;
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(SpillError(self.pos))?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn str(&mut self) -> Result<&'a str, SpillError> {
+        let at = self.pos;
+        std::str::from_utf8(self.bytes()?).map_err(|_| SpillError(at))
+    }
+
+    pub fn item(&mut self) -> Result<Item<'a>, SpillError> {
+        let n = self.varint()? as usize;
+        let mut item = Vec::with_capacity(n.min(1024));
+        for _ in 0..n {
+            let k = self.str()?;
+            item.push((Cow::Borrowed(k), self.value()?));
+        }
+        Ok(item)
+    }
+
+    fn value(&mut self) -> Result<Value<'a>, SpillError> {
+        let at = self.pos;
+        let tag = *TypeTag::ALL.get(*self.b.get(self.pos).ok_or(SpillError(at))? as usize).ok_or(SpillError(at))?;
+        self.pos += 1;
+        Ok(match tag {
+            TypeTag::S => Value::S(Cow::Borrowed(self.str()?)),
+            TypeTag::N => Value::N(Number::from_canonical(self.str()?)),
+            TypeTag::B => Value::B(Cow::Borrowed(self.bytes()?)),
+            TypeTag::Bool => {
+                let b = *self.b.get(self.pos).ok_or(SpillError(self.pos))?;
+                self.pos += 1;
+                Value::Bool(b != 0)
+            }
+            TypeTag::Null => Value::Null,
+            TypeTag::SS => {
+                let n = self.varint()? as usize;
+                Value::SS((0..n).map(|_| self.str().map(Cow::Borrowed)).collect::<Result<_, _>>()?)
+            }
+            TypeTag::NS => {
+                let n = self.varint()? as usize;
+                Value::NS((0..n).map(|_| self.str().map(Number::from_canonical)).collect::<Result<_, _>>()?)
+            }
+            TypeTag::BS => {
+                let n = self.varint()? as usize;
+                Value::BS((0..n).map(|_| self.bytes().map(Cow::Borrowed)).collect::<Result<_, _>>()?)
+            }
+            TypeTag::L => {
+                let n = self.varint()? as usize;
+                Value::L((0..n).map(|_| self.value()).collect::<Result<_, _>>()?)
+            }
+            TypeTag::M => {
+                let n = self.varint()? as usize;
+                let mut m = Vec::with_capacity(n.min(1024));
+                for _ in 0..n {
+                    let k = self.str()?;
+                    m.push((Cow::Borrowed(k), self.value()?));
+                }
+                Value::M(m)
+            }
+        })
+    }
+
+    pub fn reject(&mut self) -> Result<RejectRow<'a>, SpillError> {
+        let file = self.varint()? as u32;
+        let line = self.varint()?;
+        let offset = self.varint()?;
+        let at = self.pos;
+        let reason = *REASONS.get(*self.b.get(at).ok_or(SpillError(at))? as usize).ok_or(SpillError(at))?;
+        self.pos += 1;
+        let attribute = self.str()?;
+        let message = self.str()?;
+        let raw = self.bytes()?;
+        let truncated = *self.b.get(self.pos).ok_or(SpillError(self.pos))? != 0;
+        self.pos += 1;
+        Ok(RejectRow { file, line, offset, reason, attribute, message, raw, truncated })
+    }
+}
+
+const REASONS: [RejectReason; 20] = [
+    RejectReason::InvalidUtf8,
+    RejectReason::InvalidJson,
+    RejectReason::NotAnItem,
+    RejectReason::NoTypeKey,
+    RejectReason::TwoTypeKeys,
+    RejectReason::UnknownTypeKey,
+    RejectReason::WrongValueShape,
+    RejectReason::InvalidNumber,
+    RejectReason::TooManyDigits,
+    RejectReason::NumberOutOfRange,
+    RejectReason::InvalidBase64,
+    RejectReason::EmptySet,
+    RejectReason::DuplicateSetMember,
+    RejectReason::DuplicateAttribute,
+    RejectReason::TooDeep,
+    RejectReason::EmptyItem,
+    RejectReason::ItemTooLarge,
+    RejectReason::LineTooLong,
+    RejectReason::CorruptFile,
+    RejectReason::IncrementalRecord,
+];
+
+/// One rejected line or item, as stored for the `_rejects` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectRow<'a> {
+    pub file: u32,
+    pub line: u64,
+    pub offset: u64,
+    pub reason: RejectReason,
+    pub attribute: &'a str,
+    pub message: &'a str,
+    pub raw: &'a [u8],
+    pub truncated: bool,
+}
+
+pub fn encode_reject(r: &RejectRow<'_>, out: &mut Vec<u8>) {
+    put_varint(out, u64::from(r.file));
+    put_varint(out, r.line);
+    put_varint(out, r.offset);
+    out.push(REASONS.iter().position(|x| *x == r.reason).unwrap_or(0) as u8);
+    put_bytes(out, r.attribute.as_bytes());
+    put_bytes(out, r.message.as_bytes());
+    put_bytes(out, r.raw);
+    out.push(u8::from(r.truncated));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::json::decode_export_line;
+
+    #[test]
+    fn items_round_trip() {
+        let line = r#"{"Item":{"PK":{"S":"a\"b"},"n":{"N":"-1.5"},"b":{"B":"3q2+7w=="},"t":{"BOOL":false},"z":{"NULL":true},"ss":{"SS":["x","y"]},"ns":{"NS":["1","2"]},"bs":{"BS":["AA=="]},"l":{"L":[{"M":{"k":{"L":[]}}}]}}}"#;
+        let item = decode_export_line(line).unwrap();
+        let mut buf = Vec::new();
+        encode_item(&item, &mut buf);
+        encode_item(&item, &mut buf);
+        let mut r = Reader::new(&buf);
+        assert_eq!(r.item().unwrap(), item);
+        assert_eq!(r.item().unwrap(), item);
+        assert!(r.at_end());
+        assert!(Reader::new(&buf[..buf.len() / 2]).item().is_ok() || Reader::new(&buf[..5]).item().is_err());
+    }
+
+    #[test]
+    fn every_reason_round_trips() {
+        for reason in REASONS {
+            let row = RejectRow { file: 3, line: 99, offset: 12345, reason, attribute: "a.b", message: "m", raw: b"{x", truncated: true };
+            let mut buf = Vec::new();
+            encode_reject(&row, &mut buf);
+            assert_eq!(Reader::new(&buf).reject().unwrap(), row);
+        }
+    }
+}
