@@ -1,0 +1,233 @@
+//! The command line: arguments resolved into settings, the printer, progress, exit codes.
+//!
+//! The only module that knows terminals and exit codes. stdout carries data only (nothing, for
+//! `unwind`); progress, warnings, the summary and errors go to stderr.
+
+mod printer;
+mod progress;
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::pipeline::{self, Progress, UnwindOptions};
+pub use printer::Printer;
+
+/// What the process exits with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Everything worked.
+    Success = 0,
+    /// The data broke a policy: rejects over `--max-rejects`, or any problem in `--strict` mode.
+    Failure = 1,
+    /// Usage, configuration or internal error.
+    Error = 2,
+}
+
+impl From<ExitStatus> for ExitCode {
+    fn from(s: ExitStatus) -> Self {
+        ExitCode::from(s as u8)
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "etl",
+    version,
+    about = "Unwind DynamoDB single-table designs into exact analytics tables",
+    long_about = "Unwind DynamoDB single-table designs into exact analytics tables.\n\n\
+        Reads DynamoDB exports (Export to S3, DynamoDB JSON) and `aws dynamodb scan` output, \
+        splits items by their type attribute into one Parquet table per entity, keeps numbers, \
+        sets and binary exact, and reconciles every item with the export's manifests.",
+    after_help = "Exit status: 0 success, 1 the data broke a policy (--max-rejects, --strict), 2 usage or internal error."
+)]
+pub struct Cli {
+    /// More output on stderr: -v for progress logs per file and table, -vv for debug.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Only errors on stderr: no progress bar, no summary, no warnings.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Unwind exports or scan output into one Parquet table per entity.
+    Unwind(UnwindArgs),
+    /// Write the synthetic e-commerce sample export (for demos, tests and benchmarks).
+    Sample(SampleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UnwindArgs {
+    /// Inputs: an export folder (holding `AWSDynamoDB/`), an `AWSDynamoDB/<ExportId>` folder,
+    /// a `manifest-summary.json`, folders or files of data files (`.json.gz`, `.gz`, `.json`),
+    /// or `aws dynamodb scan --output json` output (a file, or `-` for stdin).
+    #[arg(required = true, value_name = "SOURCE")]
+    pub sources: Vec<String>,
+    /// Output folder; written to a staging folder beside it and published atomically.
+    #[arg(long, short, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The attribute whose value names each item's entity.
+    #[arg(long, default_value = "Type", value_name = "NAME")]
+    pub type_attribute: String,
+    /// Worker threads for reading and writing [default: number of CPUs].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+    /// Fail on the first reject, checksum or count mismatch; nothing is published.
+    #[arg(long)]
+    pub strict: bool,
+    /// Exit with status 1 when more items than this are rejected (the output is still
+    /// published, so the rejects can be inspected).
+    #[arg(long, value_name = "N")]
+    pub max_rejects: Option<u64>,
+    /// Replace `--out` even when it holds files that are not an etl output.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Reject lines longer than this many bytes without reading them into memory.
+    #[arg(long, value_name = "BYTES", default_value_t = pipeline::DEFAULT_MAX_LINE_BYTES)]
+    pub max_line_bytes: usize,
+    /// Most rows in one Parquet row group.
+    #[arg(long, value_name = "ROWS", default_value_t = pipeline::DEFAULT_ROW_GROUP_ROWS, hide_short_help = true)]
+    pub row_group_rows: usize,
+    /// Roll to a new Parquet part file after this many bytes of item data.
+    #[arg(long, value_name = "BYTES", default_value_t = pipeline::DEFAULT_TARGET_FILE_BYTES, hide_short_help = true)]
+    pub target_file_bytes: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// Folder to write the export into (it gets `AWSDynamoDB/<ExportId>/...`).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// About how many items to generate in all.
+    #[arg(long, value_name = "N", conflicts_with = "users")]
+    pub items: Option<u64>,
+    /// Number of users (everything else scales with it) [default: 200].
+    #[arg(long, value_name = "N")]
+    pub users: Option<u64>,
+    /// Number of non-empty data files (one empty file is always added, as AWS does).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub files: usize,
+    /// Seed of the generator; the same seed gives the same bytes.
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    pub seed: u64,
+    /// Also write the same items as `aws dynamodb scan` output to this file.
+    #[arg(long, value_name = "FILE")]
+    pub scan_json: Option<PathBuf>,
+}
+
+/// Entry point of the `etl` binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { ExitStatus::Error } else { ExitStatus::Success };
+            let _ = e.print();
+            return code.into();
+        }
+    };
+    init_tracing(cli.verbose);
+    let printer = Printer::new(cli.quiet, cli.verbose);
+    let status = match cli.command {
+        Command::Unwind(args) => unwind(args, &printer),
+        Command::Sample(args) => sample(args, &printer),
+    };
+    status.into()
+}
+
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "error",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ETL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("etl={level},warn")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+        .try_init();
+}
+
+fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
+    // Destructure every field so a new flag cannot be forgotten here.
+    let UnwindArgs {
+        sources,
+        out,
+        type_attribute,
+        threads,
+        strict,
+        max_rejects,
+        overwrite,
+        max_line_bytes,
+        row_group_rows,
+        target_file_bytes,
+    } = args;
+    let mut opts = UnwindOptions::new(sources, out);
+    opts.type_attribute = type_attribute;
+    if let Some(t) = threads {
+        opts.threads = usize::from(t);
+    }
+    opts.strict = strict;
+    opts.max_rejects = max_rejects;
+    opts.overwrite = overwrite;
+    opts.max_line_bytes = max_line_bytes.max(1);
+    opts.row_group_rows = row_group_rows.max(1);
+    opts.target_file_bytes = target_file_bytes.max(1);
+
+    let progress = Progress::default();
+    let result = progress::with_progress_bar(printer, &progress, || pipeline::unwind(&opts, &progress));
+    match result {
+        Ok(summary) => {
+            for w in &summary.report.warnings {
+                printer.warn(w);
+            }
+            printer.summary(&summary, &opts.out);
+            if let Some((rejects, max)) = summary.too_many_rejects {
+                printer.error(&format!("{rejects} items were rejected, more than `--max-rejects {max}`"), Some(
+                    &format!("the output was published; inspect the rejects with `etl` or any Parquet reader at `{}`", opts.out.join("_rejects").display()),
+                ));
+                return ExitStatus::Failure;
+            }
+            ExitStatus::Success
+        }
+        Err(e) => {
+            let hint = e.hint();
+            printer.error_chain(&e, hint.as_deref());
+            if e.is_policy() { ExitStatus::Failure } else { ExitStatus::Error }
+        }
+    }
+}
+
+fn sample(args: SampleArgs, printer: &Printer) -> ExitStatus {
+    let SampleArgs { out, items, users, files, seed, scan_json } = args;
+    let users = match (items, users) {
+        (Some(n), _) => crate::sample::users_for_items(n),
+        (None, Some(u)) => u,
+        (None, None) => 200,
+    };
+    let opts = crate::sample::SampleOptions { out, users, files: files.max(1), seed, scan_json };
+    match crate::sample::generate(&opts) {
+        Ok(s) => {
+            printer.info(&format!(
+                "wrote {} items in {} data files ({} bytes compressed) to `{}`",
+                s.items,
+                s.data_files,
+                s.compressed_bytes,
+                s.export_dir.display()
+            ));
+            ExitStatus::Success
+        }
+        Err(e) => {
+            printer.error_chain(&e, None);
+            ExitStatus::Error
+        }
+    }
+}
