@@ -1,0 +1,299 @@
+//! Helpers: running the binary, building exports, reading Parquet back as canonical rows.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use datafusion::arrow::array::{
+    Array, AsArray, BinaryArray, BooleanArray, Decimal128Array, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde_json::{Value as Json, json};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn sample_export() -> PathBuf {
+    root().join("sample-exports/shop")
+}
+
+/// The real AWS export, read from `../shared` when it is there (never copied into the project).
+pub fn real_export() -> Option<PathBuf> {
+    let p = root().join("../shared/fixtures/aws-real-export");
+    p.join("AWSDynamoDB").is_dir().then_some(p)
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn etl<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = Command::new(env!("CARGO_BIN_EXE_etl")).args(args).env("NO_COLOR", "1").output().expect("run etl");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `etl unwind SOURCES --out OUT EXTRA...` and insists on `code`.
+pub fn unwind(sources: &[&Path], out: &Path, extra: &[&str], code: i32) -> Run {
+    let mut args: Vec<std::ffi::OsString> = vec!["unwind".into()];
+    args.extend(sources.iter().map(|p| p.as_os_str().to_owned()));
+    args.push("--out".into());
+    args.push(out.as_os_str().to_owned());
+    args.extend(extra.iter().map(Into::into));
+    let r = etl(&args);
+    assert_eq!(r.code, code, "etl {args:?}\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    r
+}
+
+pub fn run_report(out: &Path) -> Json {
+    serde_json::from_str(&std::fs::read_to_string(out.join("_etl/run.json")).expect("run.json")).expect("run.json is JSON")
+}
+
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+pub fn md5_b64(bytes: &[u8]) -> String {
+    use md5::Digest as _;
+    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(bytes))
+}
+
+/// Writes a full export in the real layout: one data file per entry of `files` (raw file bytes,
+/// already gzipped or not), manifests with correct checksums and counts, `.md5` side files.
+/// Returns the export folder `dir/AWSDynamoDB/<id>`.
+pub fn write_export(dir: &Path, files: &[Vec<u8>], counts: &[u64]) -> PathBuf {
+    let id = "01790000000000-0a1b2c3d";
+    let export = dir.join("AWSDynamoDB").join(id);
+    std::fs::create_dir_all(export.join("data")).unwrap();
+    let mut manifest = String::new();
+    for (i, bytes) in files.iter().enumerate() {
+        let key = format!("AWSDynamoDB/{id}/data/file{i:02}abcdefghijklmnopqrs.json.gz");
+        std::fs::write(dir.join(&key), bytes).unwrap();
+        manifest.push_str(
+            &json!({"itemCount": counts[i], "md5Checksum": md5_b64(bytes), "etag": "0-1", "dataFileS3Key": key}).to_string(),
+        );
+        manifest.push('\n');
+    }
+    std::fs::write(export.join("manifest-files.json"), &manifest).unwrap();
+    std::fs::write(export.join("manifest-files.md5"), md5_b64(manifest.as_bytes())).unwrap();
+    let summary = json!({
+        "version": "2020-06-30", "exportArn": format!("arn:aws:dynamodb:eu-west-1:111122223333:table/t/export/{id}"),
+        "startTime": "2026-09-01T08:00:00.000Z", "endTime": "2026-09-01T08:06:12.345Z", "tableArn": "arn:aws:dynamodb:eu-west-1:111122223333:table/t",
+        "tableId": "00000000-1111-2222-3333-444444444444", "exportTime": "2026-09-01T08:00:00.000Z", "s3Bucket": "b", "s3Prefix": null,
+        "s3SseAlgorithm": "AES256", "s3SseKmsKeyId": null, "manifestFilesS3Key": format!("AWSDynamoDB/{id}/manifest-files.json"),
+        "billedSizeBytes": 0, "itemCount": counts.iter().sum::<u64>(), "outputFormat": "DYNAMODB_JSON"
+    })
+    .to_string();
+    std::fs::write(export.join("manifest-summary.json"), &summary).unwrap();
+    std::fs::write(export.join("manifest-summary.md5"), md5_b64(summary.as_bytes())).unwrap();
+    std::fs::write(export.join("_started"), "").unwrap();
+    export
+}
+
+/// Every batch of a table folder, part files in name order.
+pub fn read_table(dir: &Path) -> (SchemaRef, Vec<RecordBatch>) {
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    parts.sort();
+    assert!(!parts.is_empty(), "no parquet files in {}", dir.display());
+    let mut schema = None;
+    let mut batches = Vec::new();
+    for p in parts {
+        let b = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&p).unwrap()).unwrap();
+        schema = Some(b.schema().clone());
+        for batch in b.build().unwrap() {
+            batches.push(batch.unwrap());
+        }
+    }
+    (schema.unwrap(), batches)
+}
+
+pub fn count_rows(dir: &Path) -> usize {
+    read_table(dir).1.iter().map(RecordBatch::num_rows).sum()
+}
+
+fn canonical_decimal(v: i128, scale: i8) -> String {
+    let neg = v < 0;
+    let digits = v.unsigned_abs().to_string();
+    let scale = scale.max(0) as usize;
+    let s = if scale == 0 {
+        digits
+    } else if digits.len() > scale {
+        format!("{}.{}", &digits[..digits.len() - scale], &digits[digits.len() - scale..])
+    } else {
+        format!("0.{}{}", "0".repeat(scale - digits.len()), digits)
+    };
+    let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s };
+    if neg && s != "0" { format!("-{s}") } else { s }
+}
+
+/// One cell as canonical JSON: numbers as exact decimal text, binary as base64, nulls as `None`.
+pub fn cell(array: &dyn Array, i: usize) -> Option<Json> {
+    if array.is_null(i) {
+        return None;
+    }
+    Some(match array.data_type() {
+        DataType::Int64 => Json::String(array.as_any().downcast_ref::<Int64Array>().unwrap().value(i).to_string()),
+        DataType::Decimal128(_, s) => {
+            Json::String(canonical_decimal(array.as_any().downcast_ref::<Decimal128Array>().unwrap().value(i), *s))
+        }
+        DataType::Utf8 => Json::String(array.as_any().downcast_ref::<StringArray>().unwrap().value(i).to_owned()),
+        DataType::Binary => Json::String(
+            base64::engine::general_purpose::STANDARD.encode(array.as_any().downcast_ref::<BinaryArray>().unwrap().value(i)),
+        ),
+        DataType::Boolean => Json::Bool(array.as_any().downcast_ref::<BooleanArray>().unwrap().value(i)),
+        DataType::List(_) => {
+            let l = array.as_any().downcast_ref::<ListArray>().unwrap();
+            let v = l.value(i);
+            Json::Array((0..v.len()).map(|j| cell(v.as_ref(), j).unwrap_or(Json::Null)).collect())
+        }
+        DataType::Struct(fields) => {
+            let s = array.as_any().downcast_ref::<StructArray>().unwrap();
+            let mut m = serde_json::Map::new();
+            for (f, col) in fields.iter().zip(s.columns()) {
+                if let Some(v) = cell(col.as_ref(), i) {
+                    m.insert(f.name().clone(), v);
+                }
+            }
+            Json::Object(m)
+        }
+        DataType::Int32 => Json::String(array.as_primitive::<datafusion::arrow::datatypes::Int32Type>().value(i).to_string()),
+        other => panic!("unexpected type {other}"),
+    })
+}
+
+/// Rows of a table as canonical JSON objects (null cells left out), sorted.
+pub fn canonical_rows(dir: &Path) -> Vec<String> {
+    let (_, batches) = read_table(dir);
+    let mut rows = Vec::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            let mut m = BTreeMap::new();
+            for (f, col) in b.schema().fields().iter().zip(b.columns()) {
+                if let Some(v) = cell(col.as_ref(), i) {
+                    m.insert(f.name().clone(), v);
+                }
+            }
+            rows.push(serde_json::to_string(&m).unwrap());
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// What etl should have written for one DynamoDB-JSON value in a column of type `field`.
+pub fn expected_cell(v: &Json, field: &Field) -> Option<Json> {
+    let meta = field.metadata().get("dynamodb.type").cloned().unwrap_or_default();
+    if meta.contains("encoding=dynamodb-json") {
+        let wrapped = json!({ "x": v }).to_string();
+        let item = etl::decode::json::decode_item_object(&wrapped).expect("valid value");
+        let mut s = String::new();
+        item[0].1.write_dynamodb_json(&mut s);
+        return Some(Json::String(s));
+    }
+    let (tag, payload) = v.as_object().and_then(|o| o.iter().next()).expect("typed value");
+    let num = |t: &Json| Json::String(etl::decode::Number::parse(t.as_str().unwrap()).unwrap().as_str().to_owned());
+    let b64 = |t: &Json| {
+        let raw = base64::engine::general_purpose::STANDARD.decode(t.as_str().unwrap()).unwrap();
+        Json::String(base64::engine::general_purpose::STANDARD.encode(raw))
+    };
+    Some(match tag.as_str() {
+        "NULL" => return None,
+        "S" | "BOOL" => payload.clone(),
+        "N" => num(payload),
+        "B" => b64(payload),
+        "SS" => payload.clone(),
+        "NS" => Json::Array(payload.as_array().unwrap().iter().map(num).collect()),
+        "BS" => Json::Array(payload.as_array().unwrap().iter().map(b64).collect()),
+        "L" => {
+            let DataType::List(el) = field.data_type() else { panic!("L in {}", field.data_type()) };
+            Json::Array(payload.as_array().unwrap().iter().map(|e| expected_cell(e, el).unwrap_or(Json::Null)).collect())
+        }
+        "M" => {
+            let DataType::Struct(fields) = field.data_type() else { panic!("M in {}", field.data_type()) };
+            let mut m = serde_json::Map::new();
+            for (k, e) in payload.as_object().unwrap() {
+                let f = fields.iter().find(|f| f.name() == k).expect("struct field");
+                if let Some(x) = expected_cell(e, f) {
+                    m.insert(k.clone(), x);
+                }
+            }
+            Json::Object(m)
+        }
+        other => panic!("unknown type {other}"),
+    })
+}
+
+/// Expected canonical rows of a table from the source items routed to it.
+pub fn expected_rows(items: &[Json], schema: &SchemaRef) -> Vec<String> {
+    let mut rows: Vec<String> = items
+        .iter()
+        .map(|item| {
+            let mut m = BTreeMap::new();
+            for (k, v) in item.as_object().unwrap() {
+                let field = schema.field_with_name(k).unwrap_or_else(|_| panic!("no column `{k}`"));
+                if let Some(x) = expected_cell(v, field) {
+                    m.insert(k.clone(), x);
+                }
+            }
+            serde_json::to_string(&m).unwrap()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Items of a sample-layout export, read straight from its data files with serde_json.
+pub fn export_items(export_root: &Path) -> Vec<Json> {
+    let mut out = Vec::new();
+    let mut stack = vec![export_root.to_owned()];
+    let mut files = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(".json.gz") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    for f in files {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(std::fs::File::open(&f).unwrap()), &mut text).unwrap();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let v: Json = serde_json::from_str(line).unwrap();
+            out.push(v["Item"].clone());
+        }
+    }
+    out
+}
+
+/// Groups items by their `Type` value.
+pub fn by_type(items: &[Json]) -> BTreeMap<String, Vec<Json>> {
+    let mut m: BTreeMap<String, Vec<Json>> = BTreeMap::new();
+    for it in items {
+        let t = it["Type"]["S"].as_str().unwrap_or("").to_owned();
+        m.entry(t).or_default().push(it.clone());
+    }
+    m
+}

@@ -1,0 +1,10 @@
+//! The one integration-test binary: runs the `etl` binary on real inputs and reads back what it
+//! wrote.
+
+mod atomic;
+mod common;
+mod corpus;
+mod interop;
+mod real_export;
+mod roundtrip;
+mod sample;

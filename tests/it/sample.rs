@@ -1,0 +1,162 @@
+//! The bundled sample export: exact tables, the scan-output twin, determinism.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use datafusion::arrow::datatypes::DataType;
+
+use crate::common::*;
+
+fn table_dirs(out: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "_etl")
+        .collect()
+}
+
+#[test]
+fn sample_export_unwinds_to_exact_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let run = unwind(&[&sample_export()], &out, &[], 0);
+    assert!(run.stdout.is_empty(), "stdout carries data only: {}", run.stdout);
+    assert!(run.stderr.contains("every item accounted for"), "{}", run.stderr);
+
+    let items = export_items(&sample_export());
+    let groups = by_type(&items);
+    let expected_tables: BTreeSet<String> =
+        ["order", "order_item", "product", "review", "user", "_rejects"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(table_dirs(&out), expected_tables);
+    for (entity, table) in [("User", "user"), ("Order", "order"), ("OrderItem", "order_item"), ("Product", "product"), ("Review", "review")] {
+        let (schema, _) = read_table(&out.join(table));
+        let want = expected_rows(&groups[entity], &schema);
+        let got = canonical_rows(&out.join(table));
+        assert_eq!(got.len(), want.len(), "{table} rows");
+        assert_eq!(got, want, "{table} values");
+    }
+    assert_eq!(count_rows(&out.join("_rejects")), 0);
+
+    let report = run_report(&out);
+    let rec = &report["reconciliation"];
+    assert_eq!(rec["items_read"].as_u64(), Some(items.len() as u64));
+    assert_eq!(rec["balanced"], true);
+    assert_eq!(rec["matches_manifest"], true);
+    assert!(report["inputs"].as_array().unwrap().iter().all(|i| i["md5_check"] == "verified" && i["item_count_check"] == "verified"));
+    assert!(report["inputs"].as_array().unwrap().iter().any(|i| i["items"] == 0), "the sample has an empty data file");
+    assert!(report["warnings"].as_array().unwrap().is_empty(), "{}", report["warnings"]);
+
+    // Types: exact decimals, sets as tagged lists, binary as bytes, nested maps as structs.
+    let (order, _) = read_table(&out.join("order"));
+    assert_eq!(order.field_with_name("total").unwrap().data_type(), &DataType::Decimal128(38, 2));
+    assert!(matches!(order.field_with_name("shipping").unwrap().data_type(), DataType::Struct(_)));
+    let (user, _) = read_table(&out.join("user"));
+    let tags = user.field_with_name("tags").unwrap();
+    assert!(matches!(tags.data_type(), DataType::List(f) if f.data_type() == &DataType::Utf8));
+    assert_eq!(tags.metadata().get("dynamodb.type").map(String::as_str), Some("SS"));
+    assert_eq!(user.field_with_name("avatar").unwrap().data_type(), &DataType::Binary);
+    assert_eq!(user.field_with_name("lifetime_points").unwrap().data_type(), &DataType::Decimal128(38, 0));
+    let (product, _) = read_table(&out.join("product"));
+    let attrs = product.field_with_name("attributes").unwrap();
+    assert_eq!(attrs.data_type(), &DataType::Utf8);
+    assert!(attrs.metadata()["dynamodb.type"].contains("encoding=dynamodb-json"));
+    assert!(std::fs::read_to_string(out.join("_etl/schema/order.json")).unwrap().contains("\"total\""));
+}
+
+#[test]
+fn scan_output_twin_gives_the_same_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    unwind(&[&sample_export()], &a, &[], 0);
+    unwind(&[&root().join("sample-exports/shop-scan.json")], &b, &[], 0);
+    assert_eq!(table_dirs(&a), table_dirs(&b));
+    for t in table_dirs(&a) {
+        assert_eq!(canonical_rows(&a.join(&t)), canonical_rows(&b.join(&t)), "table {t}");
+        assert_eq!(read_table(&a.join(&t)).0.fields(), read_table(&b.join(&t)).0.fields(), "schema of {t}");
+    }
+    // The same scan output on stdin.
+    let c = tmp.path().join("c");
+    let stdin = std::fs::File::open(root().join("sample-exports/shop-scan.json")).unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+        .args(["unwind", "-", "-q", "--out"])
+        .arg(&c)
+        .stdin(stdin)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(canonical_rows(&a.join("order")), canonical_rows(&c.join("order")));
+}
+
+fn parquet_files(out: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for t in table_dirs(out) {
+        for e in std::fs::read_dir(out.join(&t)).unwrap() {
+            let p = e.unwrap().path();
+            files.push((format!("{t}/{}", p.file_name().unwrap().to_string_lossy()), std::fs::read(&p).unwrap()));
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn output_is_byte_identical_whatever_the_thread_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Small row groups and part files so several of each exist.
+    let small = ["--row-group-rows", "100", "--target-file-bytes", "200000"];
+    let mut runs = Vec::new();
+    for threads in ["1", "2", "4"] {
+        let out = tmp.path().join(format!("t{threads}"));
+        let mut args = small.to_vec();
+        args.extend(["--threads", threads]);
+        unwind(&[&sample_export()], &out, &args, 0);
+        runs.push(parquet_files(&out));
+    }
+    assert!(runs[0].iter().any(|(n, _)| n.ends_with("part-00001.parquet")), "expected rolled part files");
+    assert_eq!(runs[0], runs[1]);
+    assert_eq!(runs[0], runs[2]);
+    // A re-run over the previous output is idempotent.
+    let out = tmp.path().join("t1");
+    unwind(&[&sample_export()], &out, &[&small[..], &["--threads", "3"]].concat(), 0);
+    assert_eq!(parquet_files(&out), runs[0]);
+}
+
+#[test]
+fn committed_sample_matches_the_generator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shop");
+    let scan = tmp.path().join("shop-scan.json");
+    let r = etl([
+        "sample".as_ref(),
+        "--out".as_ref(),
+        dir.as_os_str(),
+        "--users".as_ref(),
+        "200".as_ref(),
+        "--files".as_ref(),
+        "4".as_ref(),
+        "--seed".as_ref(),
+        "42".as_ref(),
+        "--scan-json".as_ref(),
+        scan.as_os_str(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for (root, out) in [(dir.clone(), &mut a), (sample_export(), &mut b)] {
+        let mut stack = vec![root.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push((p.strip_prefix(&root).unwrap().to_owned(), std::fs::read(&p).unwrap()));
+                }
+            }
+        }
+        out.sort();
+    }
+    assert_eq!(a.len(), b.len());
+    assert!(a == b, "sample-exports/shop differs from `etl sample --users 200 --files 4 --seed 42`; regenerate it");
+    assert!(std::fs::read(&scan).unwrap() == std::fs::read(root().join("sample-exports/shop-scan.json")).unwrap());
+}
