@@ -307,20 +307,24 @@ impl<'a> Parser<'a> {
             return Err(self.fail(RejectReason::WrongValueShape, "expected a map of attributes (a JSON object)"));
         }
         self.pos += 1;
-        let mut out: Vec<(Cow<'a, str>, Value<'a>)> = Vec::new();
+        let mut out: Vec<(Cow<'a, str>, Value<'a>)> = Vec::with_capacity(if depth == 1 { 16 } else { 4 });
         self.ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
             return Ok(out);
         }
+        // Duplicate names are rare: a 64-bit filter of (length, last byte) skips most comparisons.
+        let mut seen: u64 = 0;
         loop {
             self.ws();
             let name_at = self.pos;
             let name = self.string()?;
-            if out.iter().any(|(k, _)| *k == name) {
+            let bit = 1u64 << ((name.len() as u64 * 7 + u64::from(name.as_bytes().last().copied().unwrap_or(0))) & 63);
+            if seen & bit != 0 && out.iter().any(|(k, _)| *k == name) {
                 self.pos = name_at;
                 return Err(self.fail(RejectReason::DuplicateAttribute, format!("attribute `{name}` appears twice")));
             }
+            seen |= bit;
             self.ws();
             self.expect(b':')?;
             self.ws();

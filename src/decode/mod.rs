@@ -84,7 +84,19 @@ impl TypeTag {
     }
 
     pub fn from_key(key: &str) -> Option<TypeTag> {
-        TypeTag::ALL.into_iter().find(|t| t.key() == key)
+        Some(match key.as_bytes() {
+            b"S" => TypeTag::S,
+            b"N" => TypeTag::N,
+            b"B" => TypeTag::B,
+            b"M" => TypeTag::M,
+            b"L" => TypeTag::L,
+            b"SS" => TypeTag::SS,
+            b"NS" => TypeTag::NS,
+            b"BS" => TypeTag::BS,
+            b"BOOL" => TypeTag::Bool,
+            b"NULL" => TypeTag::Null,
+            _ => return None,
+        })
     }
 }
 

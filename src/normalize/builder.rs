@@ -251,6 +251,7 @@ pub struct BatchBuilder {
     names: Vec<String>,
     index: HashMap<String, usize>,
     cols: Vec<Col>,
+    slots: Vec<usize>,
     rows: usize,
 }
 
@@ -260,7 +261,7 @@ impl BatchBuilder {
         let cols = table.columns.iter().zip(schema.fields()).map(|(c, f)| Col::new(&c.ty, f.data_type())).collect();
         let names: Vec<String> = table.columns.iter().map(|c| c.source.clone()).collect();
         let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        BatchBuilder { table: table.table.clone(), schema, names, index, cols, rows: 0 }
+        BatchBuilder { table: table.table.clone(), schema, names, index, cols, slots: Vec::new(), rows: 0 }
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -272,8 +273,10 @@ impl BatchBuilder {
     }
 
     pub fn append(&mut self, item: &Item<'_>) -> Result<(), NormalizeError> {
-        let mut slots: Vec<Option<&Value<'_>>> = vec![None; self.cols.len()];
-        for (pos, (name, value)) in item.iter().enumerate() {
+        // Position of each column's attribute in the item; reused across rows.
+        self.slots.clear();
+        self.slots.resize(self.cols.len(), usize::MAX);
+        for (pos, (name, _)) in item.iter().enumerate() {
             let i = match self.names.get(pos) {
                 Some(n) if n == name => pos,
                 _ => *self.index.get(name.as_ref()).ok_or_else(|| NormalizeError::UnknownAttribute {
@@ -281,9 +284,10 @@ impl BatchBuilder {
                     attribute: name.to_string(),
                 })?,
             };
-            slots[i] = Some(value);
+            self.slots[i] = pos;
         }
-        for (i, (col, v)) in self.cols.iter_mut().zip(slots).enumerate() {
+        for (i, col) in self.cols.iter_mut().enumerate() {
+            let v = item.get(self.slots[i]).map(|(_, v)| v);
             col.append(v).map_err(|m| NormalizeError::Mismatch {
                 table: self.table.clone(),
                 column: self.names[i].clone(),

@@ -708,7 +708,12 @@ fn read_lines<R: BufRead>(reader: R, cap: usize, router: &mut Router<'_>, progre
                     continue;
                 }
                 router.stats.items += 1;
-                match std::str::from_utf8(bytes) {
+                // SIMD validation first; std only to locate the error.
+                let text = match simdutf8::basic::from_utf8(bytes) {
+                    Ok(t) => Ok(t),
+                    Err(_) => std::str::from_utf8(bytes),
+                };
+                match text {
                     Err(e) => {
                         let err = DecodeError::new(
                             RejectReason::InvalidUtf8,
