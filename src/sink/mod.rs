@@ -12,7 +12,7 @@ use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 
 /// zstd level for every Parquet file etl writes.
-pub const ZSTD_LEVEL: i32 = 3;
+pub const ZSTD_LEVEL: i32 = 1;
 
 /// The one place that decides how Parquet files are written. Row groups are cut by the caller
 /// (one per flushed batch), so the writer's own row limit is only a backstop.
