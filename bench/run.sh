@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Times `etl unwind` against DuckDB and against the parse floor on a generated export.
+# See bench/README.md for the targets and every knob.
+#
+#   bench/run.sh [ITEMS]                  compare etl, DuckDB and the floor (default 2000000 items)
+#   bench/run.sh --scaling [SMALL LARGE]  etl alone on SMALL and LARGE exports (default 1M and 4M):
+#                                         peak RSS growth
+set -euo pipefail
+export LC_ALL=C
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/etl/target}"
+VENV="${ETL_VENV:-.venv}"
+case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
+# One DuckDB for tests and bench: the bench shares the test venv, so it takes the pin from
+# scripts/requirements-test.txt rather than installing a different version into it.
+DUCKDB_VERSION="$(sed -n 's/^duckdb==\([^[:space:]]*\).*/\1/p' "$ROOT/scripts/requirements-test.txt" 2>/dev/null | head -n 1)"
+DUCKDB_VERSION="${DUCKDB_VERSION:-1.5.6}"
+FILES="${BENCH_FILES:-8}"
+SEED="${BENCH_SEED:-1}"
+RUNS="${BENCH_RUNS:-1}"
+
+usage() {
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+    cat <<'EOF'
+
+environment: CARGO_TARGET_DIR (default /root/.cache/etl/target), ETL_VENV (default .venv),
+BENCH_DIR (work folder; default a new temporary one, removed at the end unless BENCH_KEEP=1),
+BENCH_FILES (data files, default 8), BENCH_SEED (default 1), BENCH_RUNS (runs per tool, best wall
+kept, default 1), BENCH_STRICT=1 (exit 1 when a target is missed), BENCH_NO_BUILD=1 (skip cargo
+build), ETL_BIN / FLOOR_BIN (binaries to time instead of the ones in CARGO_TARGET_DIR).
+EOF
+}
+
+mode=compare
+items=2000000
+small=1000000
+large=4000000
+case "${1:-}" in
+    -h | --help) usage; exit 0 ;;
+    --scaling)
+        mode=scaling
+        small="${2:-$small}"
+        large="${3:-$large}"
+        ;;
+    "") ;;
+    *[!0-9]*) echo "error: ITEMS must be a positive integer, got \`$1\`" >&2; usage >&2; exit 2 ;;
+    *) items="$1" ;;
+esac
+
+log() { echo "bench: $*" >&2; }
+
+ensure_gnu_time() {
+    if /usr/bin/time --version 2>&1 | grep -q GNU; then
+        return
+    fi
+    log "installing GNU time (apt-get)"
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >&2
+}
+
+ensure_duckdb() {
+    if "$VENV/bin/python" -c "import duckdb, sys; sys.exit(duckdb.__version__ != '$DUCKDB_VERSION')" 2>/dev/null; then
+        return
+    fi
+    log "creating $VENV with duckdb==$DUCKDB_VERSION"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q "duckdb==$DUCKDB_VERSION" >&2
+}
+
+if [ -n "${BENCH_DIR:-}" ]; then
+    WORK="$BENCH_DIR"
+    mkdir -p "$WORK"
+else
+    WORK="$(mktemp -d "${TMPDIR:-/tmp}/etl-bench.XXXXXX")"
+    if [ "${BENCH_KEEP:-0}" != 1 ]; then
+        trap 'rm -rf "$WORK"' EXIT
+    fi
+fi
+log "work folder: $WORK"
+
+ensure_gnu_time
+if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
+    log "building etl and the floor example (release)"
+    (cd "$ROOT" && cargo build --release --bins --examples >&2)
+fi
+ETL="${ETL_BIN:-$CARGO_TARGET_DIR/release/etl}"
+FLOOR="${FLOOR_BIN:-$CARGO_TARGET_DIR/release/examples/floor}"
+
+# generate ITEMS NAME: writes $WORK/NAME/AWSDynamoDB/<ExportId>/ unless it is already there;
+# sets EXPORT_DIR and ITEM_COUNT.
+generate() {
+    local n="$1" out="$WORK/$2"
+    if ! ls "$out"/AWSDynamoDB/*/manifest-summary.json >/dev/null 2>&1; then
+        log "generating $n items into $out"
+        "$ETL" sample --out "$out" --items "$n" --files "$FILES" --seed "$SEED" >&2
+    fi
+    local summary
+    summary="$(ls "$out"/AWSDynamoDB/*/manifest-summary.json | head -n 1)"
+    EXPORT_DIR="$(dirname "$summary")"
+    ITEM_COUNT="$(grep -o '"itemCount":[0-9]*' "$summary" | cut -d: -f2)"
+    # Same start for every tool: the data files are in the page cache.
+    cat "$EXPORT_DIR"/data/*.json.gz >/dev/null
+}
+
+declare -A WALL RSS
+
+# measure NAME CMD...: runs CMD $RUNS times under GNU time; keeps the best wall and the highest
+# peak RSS in WALL[NAME] (seconds) and RSS[NAME] (KiB).
+measure() {
+    local name="$1"
+    shift
+    local run start end wall rss
+    for ((run = 1; run <= RUNS; run++)); do
+        log "running $name ($run/$RUNS)"
+        rm -rf "$WORK/$name-out"
+        start="$(date +%s.%N)"
+        if ! /usr/bin/time -v -o "$WORK/$name.time" "$@" >"$WORK/$name.log" 2>&1; then
+            log "$name failed; last lines of $WORK/$name.log:"
+            tail -n 20 "$WORK/$name.log" >&2
+            exit 2
+        fi
+        end="$(date +%s.%N)"
+        wall="$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')"
+        rss="$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$WORK/$name.time")"
+        if [ -z "${WALL[$name]:-}" ] || awk -v a="$wall" -v b="${WALL[$name]}" 'BEGIN { exit !(a < b) }'; then
+            WALL[$name]="$wall"
+        fi
+        if [ -z "${RSS[$name]:-}" ] || [ "$rss" -gt "${RSS[$name]}" ]; then
+            RSS[$name]="$rss"
+        fi
+    done
+}
+
+mib() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
+rate() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / s }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+failed=0
+# check LABEL VALUE OP LIMIT: prints one target line, remembers a miss.
+check() {
+    local label="$1" value="$2" op="$3" limit="$4" verdict
+    if awk -v v="$value" -v l="$limit" -v op="$op" 'BEGIN { exit !((op == "<=" && v <= l) || (op == ">=" && v >= l) || (op == "<" && v < l)) }'; then
+        verdict=PASS
+    else
+        verdict=MISS
+        failed=1
+    fi
+    echo "- $verdict: $label = $value (target $op $limit)"
+}
+
+finish() {
+    if [ "$failed" = 1 ] && [ "${BENCH_STRICT:-0}" = 1 ]; then
+        exit 1
+    fi
+}
+
+row() { # row LABEL NAME ITEMS
+    printf '| %s | %.2f | %s | %s |\n' "$1" "${WALL[$2]}" "$(mib "${RSS[$2]}")" "$(rate "$3" "${WALL[$2]}")"
+}
+
+if [ "$mode" = compare ]; then
+    ensure_duckdb
+    generate "$items" export
+    measure etl "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-out" -q
+    measure duckdb "$VENV/bin/python" "$ROOT/bench/duckdb_unwind.py" \
+        --data "$EXPORT_DIR/data/*.json.gz" --out "$WORK/duckdb-out"
+    measure floor "$FLOOR" "$EXPORT_DIR"/data/*.json.gz
+
+    floor_lines="$(grep -o 'lines=[0-9]*' "$WORK/floor.log" | cut -d= -f2)"
+    duckdb_rows="$(awk 'NF == 2 && $2 ~ /^[0-9]+$/ { s += $2 } END { print s + 0 }' "$WORK/duckdb.log")"
+    if [ "$floor_lines" != "$ITEM_COUNT" ] || [ "$duckdb_rows" != "$ITEM_COUNT" ]; then
+        log "row counts disagree: manifest $ITEM_COUNT, floor $floor_lines, duckdb $duckdb_rows"
+        exit 2
+    fi
+
+    cores="$(nproc)"
+    echo
+    echo "## etl unwind vs DuckDB $DUCKDB_VERSION: $ITEM_COUNT items, $FILES+1 data files, $cores cores"
+    echo
+    echo "| tool | wall s | peak RSS MiB | items/s |"
+    echo "|---|---:|---:|---:|"
+    row "etl unwind" etl "$ITEM_COUNT"
+    row "duckdb $DUCKDB_VERSION" duckdb "$ITEM_COUNT"
+    row "floor (gunzip + parse)" floor "$ITEM_COUNT"
+    echo
+    wall_ratio="$(ratio "${WALL[etl]}" "${WALL[duckdb]}")"
+    floor_ratio="$(ratio "${WALL[floor]}" "${WALL[etl]}")"
+    echo "- etl wall / duckdb wall: $wall_ratio"
+    echo "- etl throughput / floor throughput: $floor_ratio"
+    echo
+    check "etl wall / duckdb wall" "$wall_ratio" "<=" 0.33
+    check "etl throughput / floor throughput" "$floor_ratio" ">=" 0.50
+    check "etl peak RSS MiB" "$(mib "${RSS[etl]}")" "<" 1024
+    finish
+else
+    generate "$small" export-small
+    small_count="$ITEM_COUNT"
+    measure etl-small "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-small-out" -q
+    generate "$large" export-large
+    large_count="$ITEM_COUNT"
+    measure etl-large "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-large-out" -q
+
+    echo
+    echo "## etl unwind peak RSS scaling ($FILES+1 data files, $(nproc) cores)"
+    echo
+    echo "| items | wall s | peak RSS MiB | items/s |"
+    echo "|---:|---:|---:|---:|"
+    row "$small_count" etl-small "$small_count"
+    row "$large_count" etl-large "$large_count"
+    echo
+    growth="$(awk -v a="${RSS[etl-small]}" -v b="${RSS[etl-large]}" 'BEGIN { printf "%.1f", (b / a - 1) * 100 }')"
+    echo "- peak RSS growth: $growth%"
+    echo
+    check "peak RSS growth %" "$growth" "<" 20
+    check "etl peak RSS MiB at $large_count items" "$(mib "${RSS[etl-large]}")" "<" 1024
+    finish
+fi
