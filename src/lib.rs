@@ -32,3 +32,4 @@ pub mod pipeline;
 pub mod sample;
 pub mod sink;
 pub mod source;
+pub mod sql;

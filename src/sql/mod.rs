@@ -1,0 +1,323 @@
+//! SQL over a committed output: a DataFusion `SessionContext` whose tables are exactly the files
+//! listed in `_etl/run.json`, read-only unless asked otherwise, with memory and time limits.
+//!
+//! Knows nothing of how the tables were made; reads only what the sink committed. Printing
+//! results is [`format`]'s job; the interactive shell lives in the CLI.
+
+pub mod format;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use serde::Deserialize;
+
+/// Why a query could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    #[error("`{path}` is not a committed etl output (no readable `_etl/run.json`): {reason}")]
+    NotAnOutput { path: String, reason: String },
+    #[error("`{url}`: reading outputs from object stores is not supported yet")]
+    RemoteNotSupported { url: String },
+    #[error("{kind} is not allowed: `etl sql` is read-only by default")]
+    Forbidden { kind: String },
+    #[error("query failed: {0}")]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+    #[error("query stopped after the `--timeout` of {0:?}")]
+    Timeout(Duration),
+    #[error("parameter `{0}` is not `name=value`")]
+    BadParam(String),
+    #[error("no statement to run")]
+    Empty,
+    #[error("unknown table `{0}`")]
+    UnknownTable(String),
+    #[error("cannot {action} `{path}`: {source}")]
+    Io { action: &'static str, path: String, source: std::io::Error },
+}
+
+impl SqlError {
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            SqlError::NotAnOutput { .. } => Some("point `--data` at a folder written by `etl unwind --out`".into()),
+            SqlError::Forbidden { .. } => Some("pass `--allow-write` to allow statements that change files, tables or settings".into()),
+            SqlError::DataFusion(e) if e.to_string().contains("Resources exhausted") => {
+                Some("raise `--memory-limit`, or narrow the query".into())
+            }
+            SqlError::Timeout(_) => Some("raise `--timeout`, or narrow the query".into()),
+            SqlError::UnknownTable(_) => Some("`\\d` lists the tables".into()),
+            _ => None,
+        }
+    }
+}
+
+/// Settings of an SQL session.
+#[derive(Debug, Clone, Default)]
+pub struct SqlOptions {
+    pub data: String,
+    pub allow_write: bool,
+    pub memory_limit: Option<usize>,
+    pub timeout: Option<Duration>,
+    pub params: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunJson {
+    tables: Vec<RunTable>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunTable {
+    name: String,
+    rows: u64,
+    files: Vec<RunFile>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunFile {
+    path: String,
+}
+
+/// A table of the output, as the run report lists it.
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    pub name: String,
+    pub rows: u64,
+    pub files: Vec<PathBuf>,
+    pub schema: SchemaRef,
+}
+
+/// A DataFusion session over one committed output.
+pub struct Session {
+    ctx: SessionContext,
+    tables: Vec<TableInfo>,
+    data_dir: PathBuf,
+    opts: SqlOptions,
+    params: Option<ParamValues>,
+}
+
+/// The result of one statement.
+#[derive(Debug)]
+pub struct QueryResult {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl QueryResult {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+fn parse_params(params: &[String]) -> Result<Option<ParamValues>, SqlError> {
+    if params.is_empty() {
+        return Ok(None);
+    }
+    let mut map = HashMap::new();
+    for p in params {
+        let (name, value) = p.split_once('=').ok_or_else(|| SqlError::BadParam(p.clone()))?;
+        let name = name.trim().trim_start_matches('$');
+        if name.is_empty() {
+            return Err(SqlError::BadParam(p.clone()));
+        }
+        let scalar = if let Ok(i) = value.parse::<i64>() {
+            ScalarValue::Int64(Some(i))
+        } else {
+            ScalarValue::Utf8(Some(value.to_owned()))
+        };
+        map.insert(name.to_owned(), scalar.into());
+    }
+    Ok(Some(ParamValues::Map(map)))
+}
+
+impl Session {
+    /// Opens the output at `opts.data`, registering every committed table.
+    pub async fn open(opts: SqlOptions) -> Result<Session, SqlError> {
+        if opts.data.contains("://") {
+            return Err(SqlError::RemoteNotSupported { url: opts.data.clone() });
+        }
+        let data_dir = PathBuf::from(&opts.data);
+        let run_path = data_dir.join("_etl/run.json");
+        let not_output = |reason: String| SqlError::NotAnOutput { path: data_dir.display().to_string(), reason };
+        let text = std::fs::read_to_string(&run_path).map_err(|e| not_output(e.to_string()))?;
+        let run: RunJson = serde_json::from_str(&text).map_err(|e| not_output(e.to_string()))?;
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = opts.memory_limit {
+            runtime = runtime.with_memory_limit(limit, 1.0);
+        }
+        let runtime = runtime.build_arc()?;
+        let config = SessionConfig::new().with_information_schema(true).with_target_partitions(
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+        );
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let mut tables = Vec::new();
+        for t in run.tables {
+            let files: Vec<PathBuf> = t.files.iter().map(|f| data_dir.join(&f.path)).collect();
+            let urls = files
+                .iter()
+                .map(|f| {
+                    let abs = std::fs::canonicalize(f).map_err(|source| SqlError::Io {
+                        action: "open",
+                        path: f.display().to_string(),
+                        source,
+                    })?;
+                    Ok(ListingTableUrl::parse(abs.to_string_lossy())?)
+                })
+                .collect::<Result<Vec<_>, SqlError>>()?;
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+            let config = ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).infer_schema(&ctx.state()).await?;
+            let table = ListingTable::try_new(config)?;
+            // The schema as written (with etl's field metadata), for `\d`.
+            let schema = match files.first() {
+                Some(f) => {
+                    let file = std::fs::File::open(f).map_err(|source| SqlError::Io { action: "open", path: f.display().to_string(), source })?;
+                    datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                        .map_err(|e| SqlError::DataFusion(e.into()))?
+                        .schema()
+                        .clone()
+                }
+                None => datafusion::datasource::TableProvider::schema(&table),
+            };
+            ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), Arc::new(table))?;
+            tables.push(TableInfo { name: t.name, rows: t.rows, files, schema });
+        }
+        let params = parse_params(&opts.params)?;
+        Ok(Session { ctx, tables, data_dir, opts, params })
+    }
+
+    pub fn tables(&self) -> &[TableInfo] {
+        &self.tables
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Splits a text of one or more statements.
+    pub fn statements(&self, text: &str) -> Result<Vec<DfStatement>, SqlError> {
+        let stmts = DFParser::parse_sql(text)?;
+        if stmts.is_empty() {
+            return Err(SqlError::Empty);
+        }
+        Ok(stmts.into_iter().collect())
+    }
+
+    /// Plans a statement and, unless writes are allowed, refuses anything that changes files,
+    /// tables or settings.
+    async fn plan(&self, stmt: DfStatement) -> Result<LogicalPlan, SqlError> {
+        let plan = self.ctx.state().statement_to_plan(stmt).await?;
+        if !self.opts.allow_write {
+            if let Some(kind) = forbidden_kind(&plan) {
+                return Err(SqlError::Forbidden { kind });
+            }
+            let options = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
+            options.verify_plan(&plan).map_err(|e| SqlError::Forbidden { kind: e.strip_backtrace() })?;
+        }
+        Ok(plan)
+    }
+
+    /// Checks every statement before any runs, so a refused statement late in a file leaves no
+    /// partial effect. (Read-only sessions cannot change the catalog, so planning ahead is exact.)
+    pub async fn check_all(&self, stmts: &[DfStatement]) -> Result<(), SqlError> {
+        if !self.opts.allow_write {
+            for s in stmts {
+                self.plan(s.clone()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Plans, checks and runs one statement.
+    pub async fn run_statement(&self, stmt: DfStatement) -> Result<QueryResult, SqlError> {
+        let plan = self.plan(stmt).await?;
+        let mut df = self.ctx.execute_logical_plan(plan).await?;
+        if let Some(p) = &self.params {
+            df = df.with_param_values(p.clone())?;
+        }
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        let collect = df.collect();
+        let batches = match self.opts.timeout {
+            Some(t) => tokio::time::timeout(t, collect).await.map_err(|_| SqlError::Timeout(t))??,
+            None => collect.await?,
+        };
+        Ok(QueryResult { schema, batches })
+    }
+
+    /// Runs every statement of `text`; returns the result of each.
+    pub async fn run(&self, text: &str) -> Result<Vec<QueryResult>, SqlError> {
+        let mut out = Vec::new();
+        let stmts = self.statements(text)?;
+        self.check_all(&stmts).await?;
+        for stmt in stmts {
+            out.push(self.run_statement(stmt).await?);
+        }
+        Ok(out)
+    }
+
+    /// `\d`: tables with their row counts; `\d TABLE`: columns with their DynamoDB origin.
+    pub fn describe(&self, table: Option<&str>) -> Result<String, SqlError> {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        match table {
+            None => {
+                let w = self.tables.iter().map(|t| t.name.len()).max().unwrap_or(5).max(5);
+                let _ = writeln!(s, "{:<w$}  {:>12}  {:>5}", "table", "rows", "files");
+                for t in &self.tables {
+                    let _ = writeln!(s, "{:<w$}  {:>12}  {:>5}", t.name, t.rows, t.files.len());
+                }
+            }
+            Some(name) => {
+                let t = self.tables.iter().find(|t| t.name == name).ok_or_else(|| SqlError::UnknownTable(name.to_owned()))?;
+                let w = t.schema.fields().iter().map(|f| f.name().len()).max().unwrap_or(6).max(6);
+                let types: Vec<String> = t.schema.fields().iter().map(|f| short_type(f.data_type())).collect();
+                let tw = types.iter().map(String::len).max().unwrap_or(4).max(4);
+                let _ = writeln!(s, "{:<w$}  {:<tw$}  {:<8}  dynamodb", "column", "type", "nullable");
+                for (f, ty) in t.schema.fields().iter().zip(&types) {
+                    let origin = f.metadata().get(crate::mapping::META_DYNAMODB_TYPE).cloned().unwrap_or_default();
+                    let _ = writeln!(s, "{:<w$}  {:<tw$}  {:<8}  {origin}", f.name(), ty, if f.is_nullable() { "yes" } else { "no" });
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.
+fn short_type(dt: &datafusion::arrow::datatypes::DataType) -> String {
+    use datafusion::arrow::datatypes::DataType as D;
+    match dt {
+        D::Utf8 | D::Utf8View | D::LargeUtf8 => "string".into(),
+        D::Binary | D::BinaryView | D::LargeBinary => "binary".into(),
+        D::Boolean => "bool".into(),
+        D::Int64 => "int64".into(),
+        D::Decimal128(p, s) => format!("decimal({p},{s})"),
+        D::List(f) | D::LargeList(f) => format!("list<{}>", short_type(f.data_type())),
+        D::Struct(fields) => format!(
+            "struct<{}>",
+            fields.iter().map(|f| format!("{}: {}", f.name(), short_type(f.data_type()))).collect::<Vec<_>>().join(", ")
+        ),
+        other => other.to_string().to_lowercase(),
+    }
+}
+
+/// The kind of a statement that changes something, for the refusal message.
+fn forbidden_kind(plan: &LogicalPlan) -> Option<String> {
+    match plan {
+        LogicalPlan::Ddl(ddl) => Some(format!("DDL (`{}`)", ddl.name())),
+        LogicalPlan::Dml(dml) => Some(format!("DML (`{}`)", dml.op)),
+        LogicalPlan::Copy(_) => Some("`COPY`".into()),
+        LogicalPlan::Statement(s) => Some(format!("the statement `{}`", s.name())),
+        LogicalPlan::Explain(e) => forbidden_kind(&e.plan),
+        LogicalPlan::Analyze(a) => forbidden_kind(&a.input),
+        _ => None,
+    }
+}
