@@ -5,6 +5,7 @@
 
 mod printer;
 mod progress;
+mod sql;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -58,6 +59,8 @@ pub struct Cli {
 pub enum Command {
     /// Unwind exports or scan output into one Parquet table per entity.
     Unwind(UnwindArgs),
+    /// Run SQL over a committed output (one query, `-f FILE`, or an interactive shell).
+    Sql(sql::SqlArgs),
     /// Write the synthetic e-commerce sample export (for demos, tests and benchmarks).
     Sample(SampleArgs),
 }
@@ -135,6 +138,7 @@ pub fn main() -> ExitCode {
     let printer = Printer::new(cli.quiet, cli.verbose);
     let status = match cli.command {
         Command::Unwind(args) => unwind(args, &printer),
+        Command::Sql(args) => sql::sql(args, &printer),
         Command::Sample(args) => sample(args, &printer),
     };
     status.into()

@@ -1,0 +1,242 @@
+//! `etl sql`: one query, a file of statements, or an interactive shell.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::{ExitStatus, Printer};
+use crate::sql::format::{OutputFormat, write_result};
+use crate::sql::{Session, SqlError, SqlOptions};
+
+#[derive(Debug, Args)]
+pub struct SqlArgs {
+    /// The query to run. Without a query and without `-f`, starts an interactive shell.
+    #[arg(value_name = "QUERY", conflicts_with = "file")]
+    pub query: Option<String>,
+    /// A committed etl output folder (what `etl unwind --out` wrote).
+    #[arg(long, short, value_name = "DIR")]
+    pub data: String,
+    /// Run the statements in this file.
+    #[arg(long, short, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Fill the named parameter `$NAME` of the query (repeatable).
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+    /// Output format [default: table on a terminal, csv otherwise].
+    #[arg(long, value_enum)]
+    pub format: Option<OutputFormat>,
+    /// Write results to this file instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Allow statements that change files, tables or settings (DDL, DML, COPY, SET).
+    #[arg(long)]
+    pub allow_write: bool,
+    /// Stop queries that need more memory than this (for example `512M`, `2G`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_limit: Option<usize>,
+    /// Stop queries that run longer than this (for example `30s`, `5m`, `500ms`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let mult: usize = match s[i..].to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                other => return Err(format!("unknown unit `{other}`; use K, M, G or T")),
+            };
+            (&s[..i], mult)
+        }
+        None => (s, 1),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size such as `512M`"))?;
+    Ok((n * mult as f64) as usize)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let n: f64 = s[..split].parse().map_err(|_| format!("`{s}` is not a duration such as `30s`"))?;
+    let secs = match &s[split..] {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        other => return Err(format!("unknown unit `{other}`; use ms, s, m or h")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
+    let SqlArgs { query, data, file, params, format, output, allow_write, memory_limit, timeout } = args;
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            printer.error(&format!("cannot start the query runtime: {e}"), None);
+            return ExitStatus::Error;
+        }
+    };
+    let opts = SqlOptions { data, allow_write, memory_limit, timeout, params };
+    runtime.block_on(async move {
+        let session = match Session::open(opts).await {
+            Ok(s) => s,
+            Err(e) => return fail(printer, &e),
+        };
+        let text = match (query, file) {
+            (Some(q), _) => q,
+            (None, Some(f)) => match std::fs::read_to_string(&f) {
+                Ok(t) => t,
+                Err(e) => {
+                    printer.error(&format!("cannot read `{}`: {e}", f.display()), None);
+                    return ExitStatus::Error;
+                }
+            },
+            (None, None) => return shell(&session, printer, format).await,
+        };
+        let to_terminal = output.is_none() && std::io::stdout().is_terminal();
+        let format = format.unwrap_or(if to_terminal { OutputFormat::Table } else { OutputFormat::Csv });
+        if format == OutputFormat::Parquet && to_terminal {
+            printer.error("parquet output to a terminal", Some("pass `--output FILE`, or pipe stdout into a file"));
+            return ExitStatus::Error;
+        }
+        let mut sink: Box<dyn std::io::Write + Send> = match &output {
+            Some(p) => match std::fs::File::create(p) {
+                Ok(f) => Box::new(std::io::BufWriter::new(f)),
+                Err(e) => {
+                    printer.error(&format!("cannot create `{}`: {e}", p.display()), None);
+                    return ExitStatus::Error;
+                }
+            },
+            None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+        };
+        let statements = match session.statements(&text) {
+            Ok(s) => s,
+            Err(e) => return fail(printer, &e),
+        };
+        if let Err(e) = session.check_all(&statements).await {
+            return fail(printer, &e);
+        }
+        for stmt in statements {
+            let started = Instant::now();
+            let result = match session.run_statement(stmt).await {
+                Ok(r) => r,
+                Err(e) => return fail(printer, &e),
+            };
+            if let Err(e) = write_result(&result, format, sink.as_mut()) {
+                if is_broken_pipe(&e) {
+                    return ExitStatus::Success;
+                }
+                printer.error(&e.to_string(), None);
+                return ExitStatus::Error;
+            }
+            printer.info(&format!("{} rows in {:.3}s", result.rows(), started.elapsed().as_secs_f64()));
+        }
+        match sink.flush() {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                printer.error(&format!("writing results: {e}"), None);
+                ExitStatus::Error
+            }
+            _ => ExitStatus::Success,
+        }
+    })
+}
+
+fn is_broken_pipe(e: &crate::sql::format::FormatError) -> bool {
+    e.to_string().contains("Broken pipe")
+}
+
+fn fail(printer: &Printer, e: &SqlError) -> ExitStatus {
+    printer.error_chain(e, e.hint().as_deref());
+    match e {
+        SqlError::Timeout(_) => ExitStatus::Failure,
+        SqlError::DataFusion(d) if d.to_string().contains("Resources exhausted") => ExitStatus::Failure,
+        _ => ExitStatus::Error,
+    }
+}
+
+const SHELL_HELP: &str = "\\d          list tables with row counts\n\\d TABLE    show a table's columns and their DynamoDB origin\n\\q          quit\nstatements end with `;` and may span lines";
+
+async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat>) -> ExitStatus {
+    use std::io::BufRead as _;
+    let format = format.unwrap_or(OutputFormat::Table);
+    let interactive = std::io::stdin().is_terminal();
+    // Statements are appended to a history file; line editing is left to the terminal.
+    let mut history = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".etl_history"))
+        .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+    printer.info(&format!("etl sql on `{}`; \\? for help, \\q to quit", session.data_dir().display()));
+    let mut buffer = String::new();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("{}", if buffer.is_empty() { "etl> " } else { "  -> " });
+            let _ = std::io::stderr().flush();
+        }
+        let Some(Ok(line)) = lines.next() else { break };
+        let trimmed = line.trim();
+        if buffer.is_empty() && trimmed.starts_with('\\') {
+            let mut parts = trimmed.split_whitespace();
+            match (parts.next(), parts.next()) {
+                (Some("\\q"), _) => break,
+                (Some("\\d"), table) => match session.describe(table) {
+                    Ok(s) => print!("{s}"),
+                    Err(e) => printer.error(&e.to_string(), e.hint().as_deref()),
+                },
+                _ => println!("{SHELL_HELP}"),
+            }
+            continue;
+        }
+        if trimmed.is_empty() && buffer.is_empty() {
+            continue;
+        }
+        buffer.push_str(&line);
+        buffer.push('\n');
+        if !trimmed.ends_with(';') {
+            continue;
+        }
+        let text = std::mem::take(&mut buffer);
+        if let Some(h) = history.as_mut() {
+            let _ = writeln!(h, "{}", text.trim());
+        }
+        let started = Instant::now();
+        match session.run(&text).await {
+            Ok(results) => {
+                let mut out = std::io::stdout();
+                for r in &results {
+                    if let Err(e) = write_result(r, format, &mut out) {
+                        printer.error(&e.to_string(), None);
+                    }
+                    printer.info(&format!("{} rows in {:.3}s", r.rows(), started.elapsed().as_secs_f64()));
+                }
+            }
+            Err(e) => printer.error_chain(&e, e.hint().as_deref()),
+        }
+    }
+    ExitStatus::Success
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert!(parse_size("12Q").is_err());
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+    }
+}
