@@ -8,3 +8,4 @@ mod interop;
 mod real_export;
 mod roundtrip;
 mod sample;
+mod sql;

@@ -1,0 +1,345 @@
+//! `etl sql`: the query library checked by sqllogictest files and by DuckDB, output formats, the
+//! shell's `\d`, parameters, limits, and the read-only default.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+
+use crate::common::*;
+
+/// The sample export unwound once for every test in this module.
+fn sample_out() -> &'static Path {
+    static OUT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, out) = OUT.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        unwind(&[&sample_export()], &out, &[], 0);
+        (tmp, out)
+    });
+    out
+}
+
+fn sql(args: &[&str]) -> Run {
+    let out = sample_out().to_string_lossy().into_owned();
+    let mut all = vec!["sql", "--data", out.as_str()];
+    all.extend_from_slice(args);
+    etl(&all)
+}
+
+fn library() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("sql"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn slt_path(sql_file: &Path) -> PathBuf {
+    root().join("tests/sql").join(sql_file.file_stem().unwrap()).with_extension("slt")
+}
+
+// --- A small sqllogictest runner: `query <types> [rowsort]`, the SQL, `----`, the rows. -------
+
+fn type_letter(dt: &DataType) -> char {
+    match dt {
+        dt if dt.is_integer() => 'I',
+        DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(..) | DataType::Decimal256(..) => 'R',
+        _ => 'T',
+    }
+}
+
+fn render_rows(batches: &[RecordBatch]) -> Vec<String> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for b in batches {
+        let fmts: Vec<ArrayFormatter<'_>> = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap()).collect();
+        for i in 0..b.num_rows() {
+            let cells: Vec<String> = b
+                .columns()
+                .iter()
+                .zip(&fmts)
+                .map(|(c, f)| {
+                    let v = f.value(i).to_string();
+                    if !c.is_null(i) && v.is_empty() { "(empty)".to_owned() } else { v }
+                })
+                .collect();
+            rows.push(cells.join(" "));
+        }
+    }
+    rows
+}
+
+struct SltQuery {
+    types: String,
+    sql: String,
+    rows: Vec<String>,
+}
+
+fn parse_slt(text: &str) -> Vec<SltQuery> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(types) = line.strip_prefix("query ") else { continue };
+        let mut sql = String::new();
+        for l in lines.by_ref() {
+            if l == "----" {
+                break;
+            }
+            sql.push_str(l);
+            sql.push('\n');
+        }
+        let mut rows = Vec::new();
+        while let Some(l) = lines.peek() {
+            if l.is_empty() {
+                break;
+            }
+            rows.push(lines.next().unwrap().to_owned());
+        }
+        out.push(SltQuery { types: types.split_whitespace().next().unwrap_or("").to_owned(), sql, rows });
+    }
+    out
+}
+
+fn run_library_query(session: &etl::sql::Session, rt: &tokio::runtime::Runtime, sql: &str) -> (String, Vec<String>) {
+    let results = rt.block_on(session.run(sql)).unwrap_or_else(|e| panic!("{sql}\n{e}"));
+    let r = results.last().unwrap();
+    let types: String = r.schema.fields().iter().map(|f| type_letter(f.data_type())).collect();
+    (types, render_rows(&r.batches))
+}
+
+/// Every query in `sql/` against its `.slt` file. `ETL_SLT_COMPLETE=1` rewrites the files from
+/// etl's results (then `duckdb_agrees_with_the_slt_files` checks them independently).
+#[test]
+fn sql_library_matches_slt_files() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let session = rt
+        .block_on(etl::sql::Session::open(etl::sql::SqlOptions { data: sample_out().to_string_lossy().into_owned(), ..Default::default() }))
+        .unwrap();
+    let complete = std::env::var_os("ETL_SLT_COMPLETE").is_some();
+    let files = library();
+    assert!(files.len() >= 8, "the library has {} queries", files.len());
+    for f in files {
+        let sql = std::fs::read_to_string(&f).unwrap();
+        let (types, rows) = run_library_query(&session, &rt, &sql);
+        let slt = slt_path(&f);
+        if complete {
+            let text = format!(
+                "# Expected results of sql/{} over the sample export.\n# Regenerate: ETL_SLT_COMPLETE=1 ./scripts/test sql_library; checked against DuckDB by\n# duckdb_agrees_with_the_slt_files.\n\nquery {types}\n{}\n----\n{}\n",
+                f.file_name().unwrap().to_string_lossy(),
+                sql.trim_end(),
+                rows.join("\n")
+            );
+            std::fs::create_dir_all(slt.parent().unwrap()).unwrap();
+            std::fs::write(&slt, text).unwrap();
+            continue;
+        }
+        let text = std::fs::read_to_string(&slt).unwrap_or_else(|_| panic!("{} is missing; run with ETL_SLT_COMPLETE=1", slt.display()));
+        let q = parse_slt(&text);
+        assert_eq!(q.len(), 1, "{}", slt.display());
+        assert_eq!(q[0].sql.trim(), sql.trim(), "{} holds another version of the query", slt.display());
+        assert_eq!(q[0].types, types, "column types of {}", f.display());
+        assert_eq!(q[0].rows, rows, "results of {}", f.display());
+    }
+}
+
+fn canonical_token(t: &str) -> String {
+    if t.chars().all(|c| c.is_ascii_digit() || matches!(c, '-' | '.' | 'e' | 'E')) && let Ok(v) = t.parse::<f64>() {
+        return format!("{v}");
+    }
+    t.to_owned()
+}
+
+fn canonical_row(r: &str) -> String {
+    r.split(' ').map(canonical_token).collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn duckdb_agrees_with_the_slt_files() {
+    let Ok(py) = std::env::var("ETL_TEST_PYTHON") else {
+        assert!(std::env::var_os("ETL_REQUIRE_INTEROP").is_none(), "ETL_TEST_PYTHON is not set");
+        eprintln!("skipping: ETL_TEST_PYTHON is not set (scripts/test sets it)");
+        return;
+    };
+    let files = library();
+    let r = std::process::Command::new(py)
+        .arg(root().join("tests/interop/run_sql.py"))
+        .arg(sample_out())
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let duck: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    for f in files {
+        let q = parse_slt(&std::fs::read_to_string(slt_path(&f)).unwrap());
+        let want: Vec<String> = q[0].rows.iter().map(|r| canonical_row(r)).collect();
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let got: Vec<String> = duck[&name].as_array().unwrap().iter().map(|r| canonical_row(r.as_str().unwrap())).collect();
+        assert_eq!(got, want, "DuckDB disagrees with tests/sql for {name}");
+    }
+}
+
+#[test]
+fn readme_example_runs_on_the_sample_output() {
+    let r = sql(&["-f", root().join("sql/revenue_by_month.sql").to_str().unwrap(), "--format", "csv"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("month,orders,revenue\n2025-01,"), "{}", r.stdout);
+    assert!(r.stderr.contains("rows in"), "timing goes to stderr: {}", r.stderr);
+}
+
+#[test]
+fn output_formats() {
+    let q = r#"SELECT order_id, total, coupon_codes, shipping, gift FROM "order" WHERE order_id IN ('ORD-000001', 'ORD-000002') ORDER BY order_id"#;
+    for (format, check) in [
+        ("csv", "order_id,total,coupon_codes,shipping,gift\nORD-000001,"),
+        ("tsv", "order_id\ttotal\tcoupon_codes\tshipping\tgift\nORD-000001\t"),
+        ("table", "+------------+--------+"),
+        ("json", "[{\"order_id\":\"ORD-000001\""),
+        ("ndjson", "{\"order_id\":\"ORD-000001\""),
+    ] {
+        let r = sql(&[q, "--format", format]);
+        assert_eq!(r.code, 0, "{format}: {}", r.stderr);
+        assert!(r.stdout.starts_with(check), "{format}:\n{}", r.stdout);
+        assert_eq!(r.stdout.matches("ORD-00000").count(), 2, "{format}:\n{}", r.stdout);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("r.parquet");
+    let r = sql(&[q, "--format", "parquet", "--output", file.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+    let reader = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&file).unwrap()).unwrap();
+    assert_eq!(reader.schema().field_with_name("total").unwrap().data_type(), &DataType::Decimal128(38, 2));
+    let rows: usize = reader.build().unwrap().map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(rows, 2);
+}
+
+#[test]
+fn shell_lists_tables_and_columns() {
+    let out = sample_out();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+        .args(["sql", "--data"])
+        .arg(out)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        b"\\d\n\\d user\nSELECT count(*)\n  AS n FROM \"order\";\n\\q\n",
+    )
+    .unwrap();
+    let r = child.wait_with_output().unwrap();
+    assert!(r.status.success());
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    insta::assert_snapshot!("shell_d", stdout);
+}
+
+#[test]
+fn named_parameters() {
+    let r = sql(&[r#"SELECT count(*) AS n FROM "order" WHERE status = $status"#, "--param", "status=delivered", "--format", "csv"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let want = export_items(&sample_export())
+        .iter()
+        .filter(|i| i["Type"]["S"] == "Order" && i["status"]["S"] == "delivered")
+        .count();
+    assert_eq!(r.stdout, format!("n\n{want}\n"));
+}
+
+#[test]
+fn limits_stop_runaway_queries() {
+    let cross = r#"SELECT count(*) FROM order_item a, order_item b, order_item c WHERE a.quantity + b.quantity + c.quantity > 100"#;
+    let r = sql(&[cross, "--timeout", "300ms"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--timeout") && r.stderr.contains("hint:"), "{}", r.stderr);
+    let big = r#"SELECT a."SK", b."SK", count(*) FROM order_item a, order_item b GROUP BY 1, 2 ORDER BY 3 DESC"#;
+    let r = sql(&[big, "--memory-limit", "2M"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--memory-limit"), "{}", r.stderr);
+}
+
+fn tree_listing(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let len = std::fs::metadata(&p).unwrap().len();
+                out.push((p, len));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn writes_are_refused_by_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("written");
+    let t = target.to_string_lossy();
+    let forbidden = [
+        format!("CREATE TABLE t AS SELECT 1 AS x"),
+        format!("CREATE TABLE t (x INT)"),
+        format!("CREATE OR REPLACE TABLE t AS SELECT * FROM \"user\""),
+        format!("CREATE EXTERNAL TABLE ext STORED AS PARQUET LOCATION '{t}'"),
+        format!("CREATE VIEW v AS SELECT * FROM \"user\""),
+        format!("CREATE SCHEMA s"),
+        format!("CREATE DATABASE d"),
+        format!("DROP TABLE \"user\""),
+        format!("DROP VIEW IF EXISTS v"),
+        format!("DROP SCHEMA IF EXISTS public"),
+        format!("INSERT INTO \"user\" SELECT * FROM \"user\""),
+        format!("INSERT INTO product (sku) VALUES ('x')"),
+        format!("UPDATE \"user\" SET name = 'x'"),
+        format!("DELETE FROM \"user\""),
+        format!("COPY (SELECT 1 AS x) TO '{t}.parquet'"),
+        format!("COPY \"user\" TO '{t}.csv' STORED AS CSV"),
+        format!("SET datafusion.execution.batch_size = 1"),
+        format!("SET TIME ZONE = 'UTC'"),
+        format!("START TRANSACTION"),
+        format!("COMMIT"),
+        format!("ROLLBACK"),
+        format!("TRUNCATE TABLE \"user\""),
+        format!("CREATE FUNCTION f() RETURNS INT RETURN 1"),
+        format!("CREATE INDEX i ON \"user\"(email)"),
+        format!("RESET datafusion.execution.batch_size"),
+        format!("PREPARE p AS SELECT 1"),
+        format!("EXPLAIN ANALYZE INSERT INTO \"user\" SELECT * FROM \"user\""),
+        format!("SELECT 1; DROP TABLE \"order\""),
+    ];
+    let before = tree_listing(sample_out());
+    let mut refused = 0;
+    for stmt in &forbidden {
+        let r = sql(&[stmt.as_str()]);
+        assert_eq!(r.code, 2, "{stmt}: {}", r.stderr);
+        assert!(r.stderr.contains("is not allowed") && r.stderr.contains("--allow-write"), "{stmt}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "nothing runs when any statement is refused: {stmt}: {}", r.stdout);
+        refused += 1;
+    }
+    assert!(refused >= 20);
+    assert_eq!(tree_listing(sample_out()), before, "no file of the output changed");
+    assert!(std::fs::read_dir(tmp.path()).unwrap().next().is_none(), "no file was written");
+    // Files cannot be read by path either: only the output's tables exist.
+    let r = sql(&["SELECT * FROM '/etc/passwd'"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // With --allow-write a COPY works.
+    let r = sql(&[&format!("COPY (SELECT 1 AS x) TO '{t}.parquet'"), "--allow-write"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(tmp.path().join("written.parquet").exists());
+}
+
+#[test]
+fn sql_refuses_folders_that_are_not_outputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = etl(["sql", "SELECT 1", "--data", tmp.path().to_str().unwrap()]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("not a committed etl output") && r.stderr.contains("hint:"), "{}", r.stderr);
+}
