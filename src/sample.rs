@@ -58,23 +58,16 @@ pub enum SampleError {
     NoUsers,
     #[error("a sample needs at least 1 non-empty data file, got 0")]
     NoFiles,
-    #[error(
-        "cannot fill {files} data files with {keys} partition keys; hint: ask for fewer files or more items"
-    )]
+    #[error("cannot fill {files} data files with {keys} partition keys; hint: ask for fewer files or more items")]
     TooManyFiles { files: usize, keys: u64 },
-    #[error(
-        "export folder `{path}` already exists; hint: remove it or choose another output folder"
-    )]
+    #[error("export folder `{path}` already exists; hint: remove it or choose another output folder")]
     ExportExists { path: PathBuf },
     #[error("cannot create folder `{path}`: {source}")]
     CreateDir { path: PathBuf, source: io::Error },
     #[error("cannot write `{path}`: {source}")]
     Write { path: PathBuf, source: io::Error },
     #[error("cannot encode an item for `{path}`: {source}")]
-    Encode {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    Encode { path: PathBuf, source: serde_json::Error },
 }
 
 /// Generates the export described by `opts`; see the module documentation.
@@ -93,10 +86,7 @@ pub fn generate(opts: &SampleOptions) -> Result<SampleSummary, SampleError> {
         return Err(SampleError::ExportExists { path: export_dir });
     }
     let data_dir = export_dir.join("data");
-    fs::create_dir_all(&data_dir).map_err(|source| SampleError::CreateDir {
-        path: data_dir.clone(),
-        source,
-    })?;
+    fs::create_dir_all(&data_dir).map_err(|source| SampleError::CreateDir { path: data_dir.clone(), source })?;
     write_file(&export_dir.join("_started"), b"")?;
 
     // Slot `export.empty_slot` holds the empty file; the others hold partitions 0..files in order.
@@ -107,11 +97,7 @@ pub fn generate(opts: &SampleOptions) -> Result<SampleSummary, SampleError> {
             std::cmp::Ordering::Greater => Some(slot - 1),
         })
         .collect();
-    let paths: Vec<PathBuf> = export
-        .file_names
-        .iter()
-        .map(|name| data_dir.join(format!("{name}.json.gz")))
-        .collect();
+    let paths: Vec<PathBuf> = export.file_names.iter().map(|name| data_dir.join(format!("{name}.json.gz"))).collect();
     let mut partition_paths = vec![PathBuf::new(); opts.files];
     for (slot, partition) in slots.iter().enumerate() {
         if let Some(p) = partition {
@@ -138,14 +124,10 @@ pub fn generate(opts: &SampleOptions) -> Result<SampleSummary, SampleError> {
             item_count: s.items(),
             md5_checksum: STANDARD.encode(s.md5),
             etag: format!("{}-1", hex(&Md5::digest(s.md5))),
-            data_file_s3_key: format!(
-                "AWSDynamoDB/{}/data/{}.json.gz",
-                export.id, export.file_names[slot]
-            ),
+            data_file_s3_key: format!("AWSDynamoDB/{}/data/{}.json.gz", export.id, export.file_names[slot]),
         };
         let path = export_dir.join("manifest-files.json");
-        serde_json::to_writer(&mut manifest_files, &line)
-            .map_err(|source| SampleError::Encode { path, source })?;
+        serde_json::to_writer(&mut manifest_files, &line).map_err(|source| SampleError::Encode { path, source })?;
         manifest_files.push(b'\n');
     }
 
@@ -163,22 +145,14 @@ pub fn generate(opts: &SampleOptions) -> Result<SampleSummary, SampleError> {
 
     let files_path = export_dir.join("manifest-files.json");
     write_file(&files_path, &manifest_files)?;
-    write_file(
-        &export_dir.join("manifest-files.md5"),
-        STANDARD.encode(Md5::digest(&manifest_files)).as_bytes(),
-    )?;
+    write_file(&export_dir.join("manifest-files.md5"), STANDARD.encode(Md5::digest(&manifest_files)).as_bytes())?;
 
     let summary = export.summary(items, raw_bytes);
     let summary_path = export_dir.join("manifest-summary.json");
-    let summary_bytes = serde_json::to_vec(&summary).map_err(|source| SampleError::Encode {
-        path: summary_path.clone(),
-        source,
-    })?;
+    let summary_bytes =
+        serde_json::to_vec(&summary).map_err(|source| SampleError::Encode { path: summary_path.clone(), source })?;
     write_file(&summary_path, &summary_bytes)?;
-    write_file(
-        &export_dir.join("manifest-summary.md5"),
-        STANDARD.encode(Md5::digest(&summary_bytes)).as_bytes(),
-    )?;
+    write_file(&export_dir.join("manifest-summary.md5"), STANDARD.encode(Md5::digest(&summary_bytes)).as_bytes())?;
 
     if let Some(path) = &opts.scan_json {
         write_scan_json(&shop, path)?;
@@ -187,10 +161,7 @@ pub fn generate(opts: &SampleOptions) -> Result<SampleSummary, SampleError> {
     Ok(SampleSummary {
         export_dir,
         items,
-        items_by_type: Kind::ALL
-            .iter()
-            .map(|k| (k.name().to_owned(), counts[*k as usize]))
-            .collect(),
+        items_by_type: Kind::ALL.iter().map(|k| (k.name().to_owned(), counts[*k as usize])).collect(),
         data_files: opts.files + 1,
         compressed_bytes,
     })
@@ -283,9 +254,7 @@ impl Rng {
     }
 
     fn digits(&mut self, n: usize) -> String {
-        (0..n)
-            .map(|_| char::from(b'0' + self.below(10) as u8))
-            .collect()
+        (0..n).map(|_| char::from(b'0' + self.below(10) as u8)).collect()
     }
 }
 
@@ -438,13 +407,7 @@ enum Kind {
 const KINDS: usize = 5;
 
 impl Kind {
-    const ALL: [Kind; KINDS] = [
-        Kind::User,
-        Kind::Order,
-        Kind::OrderItem,
-        Kind::Product,
-        Kind::Review,
-    ];
+    const ALL: [Kind; KINDS] = [Kind::User, Kind::Order, Kind::OrderItem, Kind::Product, Kind::Review];
 
     fn name(self) -> &'static str {
         match self {
@@ -464,9 +427,8 @@ const T_EXPORT: u64 = 1_780_272_000; // 2026-06-01T00:00:00Z
 const DAY: u64 = 86_400;
 
 const FIRST_NAMES: &[&str] = &[
-    "Anna", "Ben", "Chloé", "David", "Elif", "Fatima", "Giulia", "Hans", "Inès", "Jonas", "Karin",
-    "Lucas", "Maëlle", "Noah", "Olga", "Pedro", "Quentin", "Rosa", "Sven", "Tomás", "Ursula",
-    "Víctor", "Wiebke", "Yusuf", "Zoë",
+    "Anna", "Ben", "Chloé", "David", "Elif", "Fatima", "Giulia", "Hans", "Inès", "Jonas", "Karin", "Lucas", "Maëlle",
+    "Noah", "Olga", "Pedro", "Quentin", "Rosa", "Sven", "Tomás", "Ursula", "Víctor", "Wiebke", "Yusuf", "Zoë",
 ];
 const LAST_NAMES: &[&str] = &[
     "Andersen",
@@ -521,15 +483,7 @@ const STREETS: &[&str] = &[
     "Avenida da Liberdade",
 ];
 const USER_TAGS: &[&str] = &["vip", "newsletter", "beta", "wholesale"];
-const CATEGORIES: &[&str] = &[
-    "shoes",
-    "apparel",
-    "kitchen",
-    "garden",
-    "electronics",
-    "toys",
-    "books",
-];
+const CATEGORIES: &[&str] = &["shoes", "apparel", "kitchen", "garden", "electronics", "toys", "books"];
 const NOUNS: [&[&str]; 7] = [
     &["Sneaker", "Boot", "Sandal", "Loafer", "Trail Runner"],
     &["T-Shirt", "Hoodie", "Jacket", "Jeans", "Dress"],
@@ -540,28 +494,12 @@ const NOUNS: [&[&str]; 7] = [
     &["Cookbook", "Novel", "Atlas", "Notebook", "Comic"],
 ];
 const ADJECTIVES: &[&str] = &[
-    "Classic", "Organic", "Compact", "Deluxe", "Eco", "Vintage", "Smart", "Ultra", "Cozy",
-    "Rugged", "Petite", "Grand",
+    "Classic", "Organic", "Compact", "Deluxe", "Eco", "Vintage", "Smart", "Ultra", "Cozy", "Rugged", "Petite", "Grand",
 ];
-const PRODUCT_TAGS: &[&str] = &[
-    "organic",
-    "eco",
-    "bestseller",
-    "new",
-    "limited",
-    "handmade",
-    "sale",
-];
-const MATERIALS: &[&str] = &[
-    "organic", "cotton", "steel", "recycled", "bamboo", "leather",
-];
-const ORDER_STATUS: &[(&str, u64)] = &[
-    ("placed", 10),
-    ("paid", 15),
-    ("shipped", 20),
-    ("delivered", 50),
-    ("cancelled", 5),
-];
+const PRODUCT_TAGS: &[&str] = &["organic", "eco", "bestseller", "new", "limited", "handmade", "sale"];
+const MATERIALS: &[&str] = &["organic", "cotton", "steel", "recycled", "bamboo", "leather"];
+const ORDER_STATUS: &[(&str, u64)] =
+    &[("placed", 10), ("paid", 15), ("shipped", 20), ("delivered", 50), ("cancelled", 5)];
 const COUPONS: &[&str] = &["WELCOME10", "SPRING25", "FREESHIP", "VIP15", "BLACKFRIDAY"];
 const REVIEW_TITLES: &[&str] = &[
     "Great value",
@@ -697,12 +635,7 @@ impl Shop {
                 } else {
                     partition_hash(&format!("PRODUCT#{}", shop.sku(p as usize)), files)
                 };
-                ProductCore {
-                    name,
-                    category,
-                    price_cents: cents,
-                    partition,
-                }
+                ProductCore { name, category, price_cents: cents, partition }
             })
             .collect();
         shop.products = products;
@@ -723,11 +656,7 @@ impl Shop {
 
     fn user_partition(&self, u: u64, pk: &str) -> usize {
         let pinned = self.products.len() as u64 + u;
-        if pinned < self.files as u64 {
-            pinned as usize
-        } else {
-            partition_hash(pk, self.files)
-        }
+        if pinned < self.files as u64 { pinned as usize } else { partition_hash(pk, self.files) }
     }
 
     fn plan_user(&self, u: u64, next_order: &mut u64, plan: &mut UserPlan) {
@@ -776,24 +705,12 @@ impl Shop {
                 for k in 0..n_reviews {
                     let mut t = order_ts + (k + 1) * 3600 + r.below(25 * DAY);
                     // (PK, SK) must stay unique: one reviewer, one product, one second.
-                    while plan
-                        .reviews
-                        .iter()
-                        .any(|rv| rv.product == product && rv.ts == t)
-                    {
+                    while plan.reviews.iter().any(|rv| rv.product == product && rv.ts == t) {
                         t += 1;
                     }
-                    plan.reviews.push(ReviewPlan {
-                        product,
-                        ts: t,
-                        id: seq * 16 + line_no * 4 + k,
-                    });
+                    plan.reviews.push(ReviewPlan { product, ts: t, id: seq * 16 + line_no * 4 + k });
                 }
-                plan.lines.push(LinePlan {
-                    product,
-                    qty,
-                    reviews: first_review..plan.reviews.len(),
-                });
+                plan.lines.push(LinePlan { product, qty, reviews: first_review..plan.reviews.len() });
             }
             let defect = if r.chance(1) {
                 let cents = r.range(1, 9) as i64;
@@ -801,12 +718,7 @@ impl Shop {
             } else {
                 0
             };
-            plan.orders.push(OrderPlan {
-                seq,
-                ts: order_ts,
-                lines: first_line..plan.lines.len(),
-                defect,
-            });
+            plan.orders.push(OrderPlan { seq, ts: order_ts, lines: first_line..plan.lines.len(), defect });
         }
     }
 
@@ -839,10 +751,7 @@ impl Shop {
                 let lines = &plan.lines[order.lines.clone()];
                 if wants(partition_hash(&order_pk, self.files)) {
                     for line in lines {
-                        emit(
-                            Kind::OrderItem,
-                            &self.order_line_item(&order_pk, &order_id, line),
-                        )?;
+                        emit(Kind::OrderItem, &self.order_line_item(&order_pk, &order_id, line))?;
                     }
                 }
                 for line in lines {
@@ -892,21 +801,12 @@ impl Shop {
         let zip = r.digits(5);
         it.put(
             "address",
-            Av::M(vec![
-                ("street", s(street)),
-                ("city", s(city)),
-                ("zip", s(zip)),
-                ("country", s(country)),
-            ]),
+            Av::M(vec![("street", s(street)), ("city", s(city)), ("zip", s(zip)), ("country", s(country))]),
         );
         let avatar_len = r.range(8, 32) as usize;
         it.put("avatar", Av::B(r.bytes(avatar_len)));
         it.put("verified", Av::Bool(r.chance(80)));
-        let phone = if r.chance(75) {
-            s(format!("{dial} {} {}", r.digits(3), r.digits(6)))
-        } else {
-            Av::Null
-        };
+        let phone = if r.chance(75) { s(format!("{dial} {} {}", r.digits(3), r.digits(6))) } else { Av::Null };
         it.put("phone", phone);
         it.put("login_count", n(r.below(2000)));
         let points = if r.chance(10) {
@@ -923,10 +823,7 @@ impl Shop {
         let mut r = Rng::stream(self.seed, TAG_ORDER, order.seq);
         let order_id = self.order_id(order.seq);
         let lines = &plan.lines[order.lines.clone()];
-        let subtotal: u64 = lines
-            .iter()
-            .map(|l| l.qty * self.products[l.product].price_cents)
-            .sum();
+        let subtotal: u64 = lines.iter().map(|l| l.qty * self.products[l.product].price_cents).sum();
         let total = subtotal.saturating_add_signed(order.defect);
         let gsi = format!("ORDER#{order_id}");
         let status = weighted(&mut r, ORDER_STATUS);
@@ -953,19 +850,13 @@ impl Shop {
                 Av::M(vec![
                     ("method", s(method)),
                     ("cost", money(cost)),
-                    (
-                        "address",
-                        Av::M(vec![("city", s(city)), ("country", s(country))]),
-                    ),
+                    ("address", Av::M(vec![("city", s(city)), ("country", s(country))])),
                 ]),
             );
         if r.chance(20) {
             let k = r.range(1, 2) as usize;
             let codes = r.distinct(COUPONS, k);
-            it.put(
-                "coupon_codes",
-                Av::Ss(codes.into_iter().map(String::from).collect()),
-            );
+            it.put("coupon_codes", Av::Ss(codes.into_iter().map(String::from).collect()));
         }
         let embedded = lines
             .iter()
@@ -1051,10 +942,7 @@ impl Shop {
         };
         if let Some(first) = first_size {
             let count = r.range(2, 5);
-            it.put(
-                "sizes",
-                Av::Ns((first..first + count).map(|v| v.to_string()).collect()),
-            );
+            it.put("sizes", Av::Ns((first..first + count).map(|v| v.to_string()).collect()));
         }
         let thumb_len = r.range(16, 48) as usize;
         it.put("thumbnail", Av::B(r.bytes(thumb_len)));
@@ -1093,8 +981,8 @@ impl Shop {
 /// The 20-byte gzip of nothing that AWS writes for an empty partition: header with mtime 0,
 /// XFL 0, OS 255, one empty final fixed-Huffman block, CRC-32 0, size 0.
 const EMPTY_GZIP: [u8; 20] = [
-    0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00,
-    0x00, 0x00, 0x00, 0x00,
+    0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00,
 ];
 
 const BUCKET: &str = "etl-sample-exports";
@@ -1130,22 +1018,13 @@ impl ExportNames {
         const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
         let mut file_names: Vec<String> = Vec::with_capacity(files + 1);
         while file_names.len() < files + 1 {
-            let name: String = (0..26)
-                .map(|_| char::from(ALPHABET[r.below(32) as usize]))
-                .collect();
+            let name: String = (0..26).map(|_| char::from(ALPHABET[r.below(32) as usize])).collect();
             if !file_names.contains(&name) {
                 file_names.push(name);
             }
         }
         let empty_slot = r.below(files as u64 + 1) as usize;
-        ExportNames {
-            id,
-            start_ms,
-            end_ms,
-            table_id,
-            file_names,
-            empty_slot,
-        }
+        ExportNames { id, start_ms, end_ms, table_id, file_names, empty_slot }
     }
 
     fn summary(&self, items: u64, raw_bytes: u64) -> ManifestSummary {
@@ -1213,12 +1092,7 @@ fn iso_millis(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -1226,10 +1100,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SampleError> {
-    fs::write(path, bytes).map_err(|source| SampleError::Write {
-        path: path.to_owned(),
-        source,
-    })
+    fs::write(path, bytes).map_err(|source| SampleError::Write { path: path.to_owned(), source })
 }
 
 #[derive(Debug, Clone)]
@@ -1269,9 +1140,7 @@ impl<W: Write> Write for Md5Writer<W> {
 /// Writes partition `i` to `paths[i]` for every `i`, one thread per file and at most
 /// `available_parallelism` at a time.
 fn write_partitions(shop: &Shop, paths: &[PathBuf]) -> Result<Vec<FileStats>, SampleError> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(paths.len());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(paths.len());
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let results: Vec<Result<Vec<(usize, FileStats)>, SampleError>> = std::thread::scope(|scope| {
@@ -1295,13 +1164,7 @@ fn write_partitions(shop: &Shop, paths: &[PathBuf]) -> Result<Vec<FileStats>, Sa
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
     });
     let mut stats: Vec<Option<FileStats>> = vec![None; paths.len()];
     for result in results {
@@ -1315,27 +1178,16 @@ fn write_partitions(shop: &Shop, paths: &[PathBuf]) -> Result<Vec<FileStats>, Sa
 
 fn write_partition(shop: &Shop, partition: usize, path: &Path) -> Result<FileStats, SampleError> {
     const CHUNK: usize = 1 << 20;
-    let io_err = |source| SampleError::Write {
-        path: path.to_owned(),
-        source,
-    };
+    let io_err = |source| SampleError::Write { path: path.to_owned(), source };
     let file = File::create(path).map_err(io_err)?;
-    let hashing = Md5Writer {
-        inner: BufWriter::with_capacity(CHUNK, file),
-        md5: Md5::new(),
-        len: 0,
-    };
+    let hashing = Md5Writer { inner: BufWriter::with_capacity(CHUNK, file), md5: Md5::new(), len: 0 };
     let mut gz = GzBuilder::new().write(hashing, Compression::default());
     let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + 64 * 1024);
     let mut counts = [0u64; KINDS];
     let mut raw_bytes = 0u64;
     shop.for_each_item(Some(partition), |kind, item| {
-        serde_json::to_writer(&mut buf, &ExportLine(item)).map_err(|source| {
-            SampleError::Encode {
-                path: path.to_owned(),
-                source,
-            }
-        })?;
+        serde_json::to_writer(&mut buf, &ExportLine(item))
+            .map_err(|source| SampleError::Encode { path: path.to_owned(), source })?;
         buf.push(b'\n');
         counts[kind as usize] += 1;
         if buf.len() >= CHUNK {
@@ -1349,30 +1201,15 @@ fn write_partition(shop: &Shop, partition: usize, path: &Path) -> Result<FileSta
     gz.write_all(&buf).map_err(io_err)?;
     let hashing = gz.finish().map_err(io_err)?;
     let Md5Writer { inner, md5, len } = hashing;
-    inner
-        .into_inner()
-        .map_err(|e| io_err(e.into_error()))?
-        .sync_all()
-        .map_err(io_err)?;
-    Ok(FileStats {
-        counts,
-        raw_bytes,
-        compressed_bytes: len,
-        md5: md5.finalize().into(),
-    })
+    inner.into_inner().map_err(|e| io_err(e.into_error()))?.sync_all().map_err(io_err)?;
+    Ok(FileStats { counts, raw_bytes, compressed_bytes: len, md5: md5.finalize().into() })
 }
 
 /// Writes every item as the AWS CLI v1 prints a merged `scan`: indent 4, non-ASCII kept raw.
 fn write_scan_json(shop: &Shop, path: &Path) -> Result<(), SampleError> {
-    let io_err = |source| SampleError::Write {
-        path: path.to_owned(),
-        source,
-    };
+    let io_err = |source| SampleError::Write { path: path.to_owned(), source };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent).map_err(|source| SampleError::CreateDir {
-            path: parent.to_owned(),
-            source,
-        })?;
+        fs::create_dir_all(parent).map_err(|source| SampleError::CreateDir { path: parent.to_owned(), source })?;
     }
     let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io_err)?);
     out.write_all(b"{\n    \"Items\": [").map_err(io_err)?;
@@ -1382,13 +1219,8 @@ fn write_scan_json(shop: &Shop, path: &Path) -> Result<(), SampleError> {
         pretty.clear();
         let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
         let mut ser = serde_json::Serializer::with_formatter(&mut pretty, formatter);
-        item.serialize(&mut ser)
-            .map_err(|source| SampleError::Encode {
-                path: path.to_owned(),
-                source,
-            })?;
-        out.write_all(if count == 0 { b"\n" } else { b",\n" })
-            .map_err(io_err)?;
+        item.serialize(&mut ser).map_err(|source| SampleError::Encode { path: path.to_owned(), source })?;
+        out.write_all(if count == 0 { b"\n" } else { b",\n" }).map_err(io_err)?;
         // Each item sits two levels deep; JSON strings never hold a raw newline, so indenting
         // after every newline is safe.
         for (i, line) in pretty.split(|&b| b == b'\n').enumerate() {
@@ -1405,10 +1237,7 @@ fn write_scan_json(shop: &Shop, path: &Path) -> Result<(), SampleError> {
         "\n    ],\n    \"Count\": {count},\n    \"ScannedCount\": {count},\n    \"ConsumedCapacity\": null\n}}\n"
     );
     out.write_all(tail.as_bytes()).map_err(io_err)?;
-    out.into_inner()
-        .map_err(|e| io_err(e.into_error()))?
-        .sync_all()
-        .map_err(io_err)
+    out.into_inner().map_err(|e| io_err(e.into_error()))?.sync_all().map_err(io_err)
 }
 
 #[cfg(test)]
@@ -1420,13 +1249,7 @@ mod tests {
     use serde_json::Value;
 
     fn options(out: &Path, users: u64, files: usize, scan: bool) -> SampleOptions {
-        SampleOptions {
-            out: out.to_owned(),
-            users,
-            files,
-            seed: 42,
-            scan_json: scan.then(|| out.join("scan.json")),
-        }
+        SampleOptions { out: out.to_owned(), users, files, seed: 42, scan_json: scan.then(|| out.join("scan.json")) }
     }
 
     fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -1460,12 +1283,9 @@ mod tests {
             Some((i, f)) => (i, Some(f)),
             None => (digits, None),
         };
-        let int_ok = !int.is_empty()
-            && int.bytes().all(|b| b.is_ascii_digit())
-            && (int == "0" || !int.starts_with('0'));
-        let frac_ok = frac.is_none_or(|f| {
-            !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) && !f.ends_with('0')
-        });
+        let int_ok =
+            !int.is_empty() && int.bytes().all(|b| b.is_ascii_digit()) && (int == "0" || !int.starts_with('0'));
+        let frac_ok = frac.is_none_or(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) && !f.ends_with('0'));
         int_ok && frac_ok && v != "-0"
     }
 
@@ -1486,16 +1306,10 @@ mod tests {
 
     /// Asserts the DynamoDB AttributeValue rules for one value, recursively.
     fn check_av(av: &Value, at: &str) {
-        let obj = av
-            .as_object()
-            .unwrap_or_else(|| panic!("{at}: not an object"));
+        let obj = av.as_object().unwrap_or_else(|| panic!("{at}: not an object"));
         assert_eq!(obj.len(), 1, "{at}: {obj:?} must have exactly one type key");
         let (ty, v) = obj.iter().next().unwrap();
-        let b64 = |s: &Value| {
-            STANDARD
-                .decode(s.as_str().unwrap())
-                .unwrap_or_else(|e| panic!("{at}: bad base64: {e}"))
-        };
+        let b64 = |s: &Value| STANDARD.decode(s.as_str().unwrap()).unwrap_or_else(|e| panic!("{at}: bad base64: {e}"));
         let set = |v: &Value| {
             let xs = v.as_array().unwrap();
             assert!(!xs.is_empty(), "{at}: empty set");
@@ -1514,23 +1328,12 @@ mod tests {
             "BOOL" => assert!(v.is_boolean(), "{at}"),
             "NULL" => assert_eq!(v, &Value::Bool(true), "{at}"),
             "SS" => set(v).iter().for_each(|x| assert!(x.is_string(), "{at}")),
-            "NS" => set(v)
-                .iter()
-                .for_each(|x| assert!(is_canonical_number(x.as_str().unwrap()), "{at}")),
+            "NS" => set(v).iter().for_each(|x| assert!(is_canonical_number(x.as_str().unwrap()), "{at}")),
             "BS" => set(v).iter().for_each(|x| {
                 b64(x);
             }),
-            "L" => v
-                .as_array()
-                .unwrap()
-                .iter()
-                .enumerate()
-                .for_each(|(i, x)| check_av(x, &format!("{at}[{i}]"))),
-            "M" => v
-                .as_object()
-                .unwrap()
-                .iter()
-                .for_each(|(k, x)| check_av(x, &format!("{at}.{k}"))),
+            "L" => v.as_array().unwrap().iter().enumerate().for_each(|(i, x)| check_av(x, &format!("{at}[{i}]"))),
+            "M" => v.as_object().unwrap().iter().for_each(|(k, x)| check_av(x, &format!("{at}.{k}"))),
             other => panic!("{at}: unknown type key {other}"),
         }
     }
@@ -1575,12 +1378,7 @@ mod tests {
         assert_eq!(md5_file, STANDARD.encode(Md5::digest(&summary_bytes)));
         assert_eq!(md5_file.len(), 24);
         let manifest: Value = serde_json::from_slice(&summary_bytes).unwrap();
-        let keys: Vec<&str> = manifest
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let keys: Vec<&str> = manifest.as_object().unwrap().keys().map(String::as_str).collect();
         for key in [
             "version",
             "exportArn",
@@ -1602,16 +1400,10 @@ mod tests {
         }
         assert_eq!(manifest["version"], "2020-06-30");
         assert_eq!(manifest["s3Prefix"], Value::Null);
-        assert_eq!(
-            manifest["exportArn"],
-            format!("arn:aws:dynamodb:eu-west-1:111122223333:table/shop/export/{id}")
-        );
+        assert_eq!(manifest["exportArn"], format!("arn:aws:dynamodb:eu-west-1:111122223333:table/shop/export/{id}"));
         let start_ms: u64 = id[..14].parse().unwrap();
         assert_eq!(manifest["startTime"], iso_millis(start_ms));
-        assert_eq!(
-            manifest["manifestFilesS3Key"],
-            format!("AWSDynamoDB/{id}/manifest-files.json")
-        );
+        assert_eq!(manifest["manifestFilesS3Key"], format!("AWSDynamoDB/{id}/manifest-files.json"));
 
         let files_bytes = fs::read(export.join("manifest-files.json")).unwrap();
         assert_eq!(files_bytes.last(), Some(&b'\n'));
@@ -1633,15 +1425,10 @@ mod tests {
         assert_eq!(entries.len(), summary.data_files);
         for entry in &entries {
             let key = entry["dataFileS3Key"].as_str().unwrap();
-            let name = key
-                .strip_prefix(&format!("AWSDynamoDB/{id}/data/"))
-                .unwrap();
+            let name = key.strip_prefix(&format!("AWSDynamoDB/{id}/data/")).unwrap();
             let stem = name.strip_suffix(".json.gz").unwrap();
             assert_eq!(stem.len(), 26);
-            assert!(
-                stem.bytes()
-                    .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
-            );
+            assert!(stem.bytes().all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b)));
             let bytes = fs::read(export.join("data").join(name)).unwrap();
             compressed += bytes.len() as u64;
             let digest = Md5::digest(&bytes);
@@ -1700,20 +1487,12 @@ mod tests {
 
     #[test]
     fn gzip_of_nothing_matches_aws_and_decodes_empty() {
-        assert_eq!(
-            STANDARD.encode(Md5::digest(EMPTY_GZIP)),
-            "FjvgqIxwymKf1RbbqtrZag=="
-        );
+        assert_eq!(STANDARD.encode(Md5::digest(EMPTY_GZIP)), "FjvgqIxwymKf1RbbqtrZag==");
         let mut out = Vec::new();
-        MultiGzDecoder::new(&EMPTY_GZIP[..])
-            .read_to_end(&mut out)
-            .unwrap();
+        MultiGzDecoder::new(&EMPTY_GZIP[..]).read_to_end(&mut out).unwrap();
         assert!(out.is_empty());
         // flate2 happens to write the same bytes today; the constant keeps that true tomorrow.
-        let flate2_empty = GzBuilder::new()
-            .write(Vec::new(), Compression::default())
-            .finish()
-            .unwrap();
+        let flate2_empty = GzBuilder::new().write(Vec::new(), Compression::default()).finish().unwrap();
         assert_eq!(flate2_empty, EMPTY_GZIP);
     }
 
@@ -1729,28 +1508,15 @@ mod tests {
             }
         }
         let cents = |v: &Value| -> i64 {
-            let (i, f) = v
-                .as_str()
-                .unwrap()
-                .split_once('.')
-                .unwrap_or((v.as_str().unwrap(), ""));
+            let (i, f) = v.as_str().unwrap().split_once('.').unwrap_or((v.as_str().unwrap(), ""));
             i.parse::<i64>().unwrap() * 100 + format!("{f:0<2}").parse::<i64>().unwrap()
         };
         let mut line_totals: BTreeMap<String, i64> = BTreeMap::new();
         for it in items.iter().filter(|it| it["Type"]["S"] == "OrderItem") {
-            *line_totals
-                .entry(it["order_id"]["S"].as_str().unwrap().to_owned())
-                .or_default() += it["quantity"]["N"]
-                .as_str()
-                .unwrap()
-                .parse::<i64>()
-                .unwrap()
-                * cents(&it["unit_price"]["N"]);
+            *line_totals.entry(it["order_id"]["S"].as_str().unwrap().to_owned()).or_default() +=
+                it["quantity"]["N"].as_str().unwrap().parse::<i64>().unwrap() * cents(&it["unit_price"]["N"]);
         }
-        let orders: Vec<&Value> = items
-            .iter()
-            .filter(|it| it["Type"]["S"] == "Order")
-            .collect();
+        let orders: Vec<&Value> = items.iter().filter(|it| it["Type"]["S"] == "Order").collect();
         let mut off = 0;
         for o in &orders {
             let id = o["order_id"]["S"].as_str().unwrap();
@@ -1759,8 +1525,7 @@ mod tests {
                 .unwrap()
                 .iter()
                 .map(|l| {
-                    l["M"]["qty"]["N"].as_str().unwrap().parse::<i64>().unwrap()
-                        * cents(&l["M"]["unit_price"]["N"])
+                    l["M"]["qty"]["N"].as_str().unwrap().parse::<i64>().unwrap() * cents(&l["M"]["unit_price"]["N"])
                 })
                 .sum();
             assert_eq!(embedded, line_totals[id], "{id}");
@@ -1769,39 +1534,26 @@ mod tests {
                 assert!(diff.abs() <= 9, "{id}: off by {diff}");
                 off += 1;
             }
-            assert!(o["SK"]["S"].as_str().unwrap().starts_with(&format!(
-                "ORDER#{}#{id}",
-                o["ordered_at"]["N"].as_str().unwrap()
-            )));
+            assert!(
+                o["SK"]["S"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("ORDER#{}#{id}", o["ordered_at"]["N"].as_str().unwrap()))
+            );
         }
-        assert!(
-            off > 0 && off * 20 < orders.len(),
-            "{off} of {}",
-            orders.len()
-        );
-        let users: Vec<&Value> = items
-            .iter()
-            .filter(|it| it["Type"]["S"] == "User")
-            .collect();
+        assert!(off > 0 && off * 20 < orders.len(), "{off} of {}", orders.len());
+        let users: Vec<&Value> = items.iter().filter(|it| it["Type"]["S"] == "User").collect();
         for u in &users {
             let active = u["status"]["S"] == "active";
             assert_eq!(u.get("StatusIndexPK").is_some(), active);
         }
-        assert!(
-            users
-                .iter()
-                .any(|u| u["lifetime_points"]["N"].as_str().unwrap().len() == 25)
-        );
+        assert!(users.iter().any(|u| u["lifetime_points"]["N"].as_str().unwrap().len() == 25));
         assert!(users.iter().any(|u| u["phone"].get("NULL").is_some()));
         assert!(items.iter().any(|it| it["title"]["S"] == "Très bien ✓"));
         // `expected_items` is a fair estimate.
         let expected = expected_items(400) as f64;
         let ratio = summary.items as f64 / expected;
-        assert!(
-            (0.9..1.1).contains(&ratio),
-            "{} vs {expected}",
-            summary.items
-        );
+        assert!((0.9..1.1).contains(&ratio), "{} vs {expected}", summary.items);
     }
 
     #[test]
@@ -1830,33 +1582,18 @@ mod tests {
     #[test]
     fn bad_options_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(
-            generate(&options(dir.path(), 0, 1, false)),
-            Err(SampleError::NoUsers)
-        ));
-        assert!(matches!(
-            generate(&options(dir.path(), 1, 0, false)),
-            Err(SampleError::NoFiles)
-        ));
+        assert!(matches!(generate(&options(dir.path(), 0, 1, false)), Err(SampleError::NoUsers)));
+        assert!(matches!(generate(&options(dir.path(), 1, 0, false)), Err(SampleError::NoFiles)));
         assert!(matches!(
             generate(&options(dir.path(), 1, 22, false)),
-            Err(SampleError::TooManyFiles {
-                files: 22,
-                keys: 21
-            })
+            Err(SampleError::TooManyFiles { files: 22, keys: 21 })
         ));
         // Tiny exports still fill every requested file.
         let s = generate(&options(dir.path(), 1, 21, false)).unwrap();
         assert_eq!(s.data_files, 22);
         let manifest = fs::read_to_string(s.export_dir.join("manifest-files.json")).unwrap();
-        let empty = manifest
-            .lines()
-            .filter(|l| l.starts_with("{\"itemCount\":0,"))
-            .count();
+        let empty = manifest.lines().filter(|l| l.starts_with("{\"itemCount\":0,")).count();
         assert_eq!((manifest.lines().count(), empty), (22, 1));
-        assert!(matches!(
-            generate(&options(dir.path(), 1, 21, false)),
-            Err(SampleError::ExportExists { .. })
-        ));
+        assert!(matches!(generate(&options(dir.path(), 1, 21, false)), Err(SampleError::ExportExists { .. })));
     }
 }

@@ -195,9 +195,13 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
             }
             printer.summary(&summary, &opts.out);
             if let Some((rejects, max)) = summary.too_many_rejects {
-                printer.error(&format!("{rejects} items were rejected, more than `--max-rejects {max}`"), Some(
-                    &format!("the output was published; inspect the rejects with `etl` or any Parquet reader at `{}`", opts.out.join("_rejects").display()),
-                ));
+                printer.error(
+                    &format!("{rejects} items were rejected, more than `--max-rejects {max}`"),
+                    Some(&format!(
+                        "the output was published; inspect the rejects with `etl` or any Parquet reader at `{}`",
+                        opts.out.join("_rejects").display()
+                    )),
+                );
                 return ExitStatus::Failure;
             }
             ExitStatus::Success

@@ -69,18 +69,27 @@ impl Printer {
             return;
         }
         let r = &s.report;
-        let mut rows: Vec<[String; 5]> = vec![["table".into(), "rows".into(), "columns".into(), "files".into(), "size".into()]];
+        let mut rows: Vec<[String; 5]> =
+            vec![["table".into(), "rows".into(), "columns".into(), "files".into(), "size".into()]];
         for t in &r.tables {
-            rows.push([t.name.clone(), group(t.rows), t.columns.to_string(), t.files.len().to_string(), human_bytes(t.bytes())]);
+            rows.push([
+                t.name.clone(),
+                group(t.rows),
+                t.columns.to_string(),
+                t.files.len().to_string(),
+                human_bytes(t.bytes()),
+            ]);
         }
         let widths: Vec<usize> = (0..5).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
         let mut text = String::new();
         for (n, row) in rows.iter().enumerate() {
-            let line: Vec<String> = row
-                .iter()
-                .enumerate()
-                .map(|(i, cell)| if i == 0 { format!("{cell:<w$}", w = widths[i]) } else { format!("{cell:>w$}", w = widths[i]) })
-                .collect();
+            let line: Vec<String> =
+                row.iter()
+                    .enumerate()
+                    .map(|(i, cell)| {
+                        if i == 0 { format!("{cell:<w$}", w = widths[i]) } else { format!("{cell:>w$}", w = widths[i]) }
+                    })
+                    .collect();
             text.push_str(line.join("  ").trim_end());
             text.push('\n');
             if n == 0 {
@@ -101,7 +110,9 @@ impl Printer {
         ));
         match (rec.manifest_item_count, rec.matches_manifest) {
             (Some(m), Some(true)) => text.push_str(&format!("manifest item count {} matches\n", group(m))),
-            (Some(m), Some(false)) => text.push_str(&format!("manifest item count {} does NOT match the items read\n", group(m))),
+            (Some(m), Some(false)) => {
+                text.push_str(&format!("manifest item count {} does NOT match the items read\n", group(m)))
+            }
             _ => {}
         }
         if rec.untyped_items > 0 {

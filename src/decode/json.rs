@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 
 use base64::Engine as _;
 
-use super::{DecodeError, Item, MAX_DEPTH, MAX_ITEM_SIZE, Number, NumberError, RejectReason, TypeTag, Value, item_size};
+use super::{
+    DecodeError, Item, MAX_DEPTH, MAX_ITEM_SIZE, Number, NumberError, RejectReason, TypeTag, Value, item_size,
+};
 
 /// Decodes one export line, `{"Item":{...}}`, into an item.
 pub fn decode_export_line(line: &str) -> Result<Item<'_>, DecodeError> {
@@ -249,7 +251,8 @@ impl<'a> Parser<'a> {
         };
         let mut v = 0u32;
         for &c in h {
-            let d = (c as char).to_digit(16).ok_or_else(|| self.fail(RejectReason::InvalidJson, "invalid `\\u` escape"))?;
+            let d =
+                (c as char).to_digit(16).ok_or_else(|| self.fail(RejectReason::InvalidJson, "invalid `\\u` escape"))?;
             v = v * 16 + d;
         }
         self.pos += 4;
@@ -352,13 +355,14 @@ impl<'a> Parser<'a> {
     /// One `{"T": payload}` object at nesting level `depth` (top-level attributes are 1).
     fn attr_value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
         if depth > MAX_DEPTH {
-            return Err(self.fail(
-                RejectReason::TooDeep,
-                format!("nesting deeper than {MAX_DEPTH} levels (DynamoDB's limit)"),
-            ));
+            return Err(
+                self.fail(RejectReason::TooDeep, format!("nesting deeper than {MAX_DEPTH} levels (DynamoDB's limit)"))
+            );
         }
         if self.peek() != Some(b'{') {
-            return Err(self.fail(RejectReason::WrongValueShape, "expected an attribute value such as `{\"S\":\"...\"}`"));
+            return Err(
+                self.fail(RejectReason::WrongValueShape, "expected an attribute value such as `{\"S\":\"...\"}`")
+            );
         }
         self.pos += 1;
         self.ws();
@@ -427,7 +431,8 @@ impl<'a> Parser<'a> {
     fn binary(&mut self, at: usize) -> Result<Cow<'a, [u8]>, DecodeError> {
         let s = self.string()?;
         base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map(Cow::Owned).map_err(|e| {
-            let mut err = self.fail(RejectReason::InvalidBase64, format!("binary value is not padded standard base64 ({e})"));
+            let mut err =
+                self.fail(RejectReason::InvalidBase64, format!("binary value is not padded standard base64 ({e})"));
             err.offset = at;
             err
         })
@@ -435,7 +440,8 @@ impl<'a> Parser<'a> {
 
     fn payload(&mut self, tag: TypeTag, depth: usize) -> Result<Value<'a>, DecodeError> {
         let at = self.pos;
-        let want = |p: &Self, what: &str| p.fail(RejectReason::WrongValueShape, format!("`{tag}` value must be {what}"));
+        let want =
+            |p: &Self, what: &str| p.fail(RejectReason::WrongValueShape, format!("`{tag}` value must be {what}"));
         match tag {
             TypeTag::S => {
                 if self.peek() != Some(b'"') {
@@ -522,7 +528,9 @@ impl<'a> Parser<'a> {
         self.ws();
         if self.peek() == Some(b']') {
             self.pos = at;
-            return Err(self.fail(RejectReason::EmptySet, format!("empty `{tag}` set; DynamoDB never stores empty sets")));
+            return Err(
+                self.fail(RejectReason::EmptySet, format!("empty `{tag}` set; DynamoDB never stores empty sets"))
+            );
         }
         loop {
             self.ws();

@@ -178,11 +178,7 @@ fn significant_digits_of_canonical(s: &str) -> usize {
     let digits = t.bytes().filter(u8::is_ascii_digit);
     let total = t.bytes().filter(|b| b.is_ascii_digit()).count();
     let leading = digits.take_while(|&d| d == b'0').count();
-    let trailing = if t.contains('.') {
-        0
-    } else {
-        t.bytes().rev().take_while(|&d| d == b'0').count()
-    };
+    let trailing = if t.contains('.') { 0 } else { t.bytes().rev().take_while(|&d| d == b'0').count() };
     total - leading - trailing
 }
 
@@ -315,7 +311,10 @@ mod tests {
         assert!(big.starts_with("99999999999999999999999999999999999999000"));
         let d38 = "12345678901234567890123456789012345678";
         assert_eq!(canon(d38).as_deref(), Ok(d38));
-        assert_eq!(canon("-1234567890123456789012345678.9012345678").as_deref(), Ok("-1234567890123456789012345678.9012345678"));
+        assert_eq!(
+            canon("-1234567890123456789012345678.9012345678").as_deref(),
+            Ok("-1234567890123456789012345678.9012345678")
+        );
     }
 
     #[test]

@@ -38,7 +38,9 @@ pub enum ScanError {
     NotJson { start: String },
     #[error("invalid JSON at line {line}, column {column}: {message}")]
     Syntax { line: u64, column: u64, message: String },
-    #[error("unexpected top-level field `{field}` at line {line}; scan output has `Items`, `Count`, `ScannedCount`, `ConsumedCapacity`, `LastEvaluatedKey` and `NextToken`")]
+    #[error(
+        "unexpected top-level field `{field}` at line {line}; scan output has `Items`, `Count`, `ScannedCount`, `ConsumedCapacity`, `LastEvaluatedKey` and `NextToken`"
+    )]
     UnexpectedField { field: String, line: u64 },
     #[error("scan document at line {line} has no `Items` field")]
     NoItems { line: u64 },
@@ -50,9 +52,9 @@ impl ScanError {
             ScanError::NotJson { .. } => Some(
                 "run `aws dynamodb scan` with `--output json` (text, table and yaml output cannot be read back exactly), and without `--query`",
             ),
-            ScanError::UnexpectedField { .. } | ScanError::NoItems { .. } => {
-                Some("pass the unmodified output of `aws dynamodb scan --output json`, without `--query` or `--select COUNT`")
-            }
+            ScanError::UnexpectedField { .. } | ScanError::NoItems { .. } => Some(
+                "pass the unmodified output of `aws dynamodb scan --output json`, without `--query` or `--select COUNT`",
+            ),
             ScanError::Syntax { .. } => Some("the file may be truncated; capture the scan output again"),
         }
     }
@@ -136,7 +138,9 @@ pub fn parse_scan_output(text: &str) -> Result<ScanOutput<'_>, ScanError> {
                                         p.pos += 1;
                                         break;
                                     }
-                                    _ => return Err(syntax(&p, &mut lines, "expected `,` or `]` after an item".into())),
+                                    _ => {
+                                        return Err(syntax(&p, &mut lines, "expected `,` or `]` after an item".into()));
+                                    }
                                 }
                             }
                         }

@@ -175,12 +175,7 @@ impl Shape {
 
     /// Types seen with their counts, keyed by DynamoDB type key.
     pub fn seen(&self) -> BTreeMap<String, u64> {
-        TypeTag::ALL
-            .iter()
-            .zip(self.counts)
-            .filter(|(_, c)| *c > 0)
-            .map(|(t, c)| (t.key().to_owned(), c))
-            .collect()
+        TypeTag::ALL.iter().zip(self.counts).filter(|(_, c)| *c > 0).map(|(t, c)| (t.key().to_owned(), c)).collect()
     }
 }
 
@@ -196,7 +191,8 @@ pub struct Widening {
 
 /// Resolves a shape to a column type, recording widenings under `path`.
 pub fn resolve(shape: &Shape, table: &str, path: &str, widenings: &mut Vec<Widening>) -> ColumnType {
-    let non_null: Vec<TypeTag> = TypeTag::ALL.into_iter().filter(|t| *t != TypeTag::Null && shape.count(*t) > 0).collect();
+    let non_null: Vec<TypeTag> =
+        TypeTag::ALL.into_iter().filter(|t| *t != TypeTag::Null && shape.count(*t) > 0).collect();
     let mut widen = |chosen: &ColumnType, reason: String| {
         widenings.push(Widening {
             table: table.to_owned(),
@@ -384,12 +380,17 @@ mod tests {
         assert_eq!(ty(&s, "ss"), &ColumnType::List { element: Box::new(ColumnType::Utf8), set: Some(SetKind::SS) });
         assert_eq!(
             ty(&s, "ns"),
-            &ColumnType::List { element: Box::new(ColumnType::Decimal { precision: 38, scale: 1 }), set: Some(SetKind::NS) }
+            &ColumnType::List {
+                element: Box::new(ColumnType::Decimal { precision: 38, scale: 1 }),
+                set: Some(SetKind::NS)
+            }
         );
         assert_eq!(ty(&s, "bs"), &ColumnType::List { element: Box::new(ColumnType::Binary), set: Some(SetKind::BS) });
         assert_eq!(ty(&s, "l"), &ColumnType::List { element: Box::new(ColumnType::Utf8), set: None });
         assert_eq!(ty(&s, "hl"), &ColumnType::Json);
-        assert!(matches!(ty(&s, "m"), ColumnType::Struct { fields } if fields.len() == 2 && fields[1].ty == ColumnType::Int64));
+        assert!(
+            matches!(ty(&s, "m"), ColumnType::Struct { fields } if fields.len() == 2 && fields[1].ty == ColumnType::Int64)
+        );
         assert_eq!(ty(&s, "mix"), &ColumnType::Json);
         assert_eq!(ty(&s, "n"), &ColumnType::Null);
         assert!(w.iter().any(|w| w.column == "mix" && w.seen.len() == 2));

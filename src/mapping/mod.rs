@@ -29,7 +29,10 @@ pub const DECIMAL_PRECISION: u8 = 38;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ColumnType {
     Int64,
-    Decimal { precision: u8, scale: i8 },
+    Decimal {
+        precision: u8,
+        scale: i8,
+    },
     /// Numbers that fit no Decimal128 kept as exact canonical decimal text.
     DecimalText,
     Utf8,
@@ -39,8 +42,13 @@ pub enum ColumnType {
     Json,
     /// Only `NULL` values were seen.
     Null,
-    List { element: Box<ColumnType>, set: Option<SetKind> },
-    Struct { fields: Vec<StructField> },
+    List {
+        element: Box<ColumnType>,
+        set: Option<SetKind>,
+    },
+    Struct {
+        fields: Vec<StructField>,
+    },
 }
 
 /// Which DynamoDB set a list column came from.
@@ -123,11 +131,8 @@ impl ColumnType {
         if let Some(enc) = encoding {
             value.push_str(&format!("; {ENCODING_PREFIX}{enc}"));
         }
-        let meta: std::collections::HashMap<String, String> = if value.is_empty() {
-            Default::default()
-        } else {
-            [(META_DYNAMODB_TYPE.to_owned(), value)].into()
-        };
+        let meta: std::collections::HashMap<String, String> =
+            if value.is_empty() { Default::default() } else { [(META_DYNAMODB_TYPE.to_owned(), value)].into() };
         Field::new(name, self.arrow(), true).with_metadata(meta)
     }
 

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayBuilder, ArrayRef, BinaryBuilder, NullBufferBuilder, BooleanBuilder, Decimal128Builder, Int64Builder, ListArray, RecordBatch, StringBuilder,
-    StructArray,
+    ArrayBuilder, ArrayRef, BinaryBuilder, BooleanBuilder, Decimal128Builder, Int64Builder, ListArray,
+    NullBufferBuilder, RecordBatch, StringBuilder, StructArray,
 };
 use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
@@ -71,7 +71,11 @@ impl Col {
             (ColumnType::Struct { fields }, DataType::Struct(arrow_fields)) => Col::Struct {
                 fields: arrow_fields.clone(),
                 names: fields.iter().map(|f| f.name.clone()).collect(),
-                children: fields.iter().zip(arrow_fields.iter()).map(|(f, af)| Col::new(&f.ty, af.data_type())).collect(),
+                children: fields
+                    .iter()
+                    .zip(arrow_fields.iter())
+                    .map(|(f, af)| Col::new(&f.ty, af.data_type()))
+                    .collect(),
                 nulls: NullBufferBuilder::new(0),
             },
             // The arrow type is derived from the column type, so the pairs above are complete.
@@ -106,7 +110,9 @@ impl Col {
                 None => b.append_null(),
                 Some(Value::N(n)) => match n.to_i64() {
                     Some(i) => b.append_value(i),
-                    None => return Err(Mismatch { expected: "an integral number within int64".into(), found: TypeTag::N }),
+                    None => {
+                        return Err(Mismatch { expected: "an integral number within int64".into(), found: TypeTag::N });
+                    }
                 },
                 Some(v) => return Err(mismatch(self, v)),
             },
@@ -114,7 +120,12 @@ impl Col {
                 None => b.append_null(),
                 Some(Value::N(n)) => match n.to_i128_scaled(*scale) {
                     Some(i) => b.append_value(i),
-                    None => return Err(Mismatch { expected: format!("a number with at most {scale} decimals"), found: TypeTag::N }),
+                    None => {
+                        return Err(Mismatch {
+                            expected: format!("a number with at most {scale} decimals"),
+                            found: TypeTag::N,
+                        });
+                    }
                 },
                 Some(v) => return Err(mismatch(self, v)),
             },

@@ -143,7 +143,9 @@ impl UnwindError {
             UnwindError::Source(e) => e.hint(),
             UnwindError::Staging(e) => e.hint().map(str::to_owned),
             UnwindError::Scan { source, .. } => source.hint().map(str::to_owned),
-            UnwindError::Strict { .. } => Some("run without `--strict` to write rejects to the `_rejects` table and keep going".into()),
+            UnwindError::Strict { .. } => {
+                Some("run without `--strict` to write rejects to the `_rejects` table and keep going".into())
+            }
             UnwindError::Internal { .. } | UnwindError::Normalize(_) => {
                 Some("this is a bug in etl; please report it with the run's input if you can".into())
             }
@@ -538,7 +540,9 @@ fn read_all(plan: &Plan, opts: &UnwindOptions, tmp: &Path, progress: &Progress) 
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(UnwindError::Internal { message: "a reader thread panicked".into() })))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| Err(UnwindError::Internal { message: "a reader thread panicked".into() }))
+            })
             .collect()
     });
     let mut files = vec![FileStats::default(); plan.files.len()];
@@ -638,7 +642,12 @@ fn read_worker<'a>(
 }
 
 /// Reads one JSON-lines data file; returns the base64 MD5 of its (compressed) bytes.
-fn read_export_file(f: &DataFile, router: &mut Router<'_>, progress: &Progress, abort: &AtomicBool) -> Result<Option<String>, UnwindError> {
+fn read_export_file(
+    f: &DataFile,
+    router: &mut Router<'_>,
+    progress: &Progress,
+    abort: &AtomicBool,
+) -> Result<Option<String>, UnwindError> {
     let Location::Path(path) = &f.location else {
         return Err(UnwindError::Internal { message: "export lines from stdin".into() });
     };
@@ -659,7 +668,13 @@ fn read_export_file(f: &DataFile, router: &mut Router<'_>, progress: &Progress, 
     Ok(Some(md5))
 }
 
-fn read_lines<R: BufRead>(reader: R, cap: usize, router: &mut Router<'_>, progress: &Progress, abort: &AtomicBool) -> Result<(), UnwindError> {
+fn read_lines<R: BufRead>(
+    reader: R,
+    cap: usize,
+    router: &mut Router<'_>,
+    progress: &Progress,
+    abort: &AtomicBool,
+) -> Result<(), UnwindError> {
     let mut lines = LineReader::new(reader, cap);
     let mut pending_items = 0u64;
     loop {
@@ -810,7 +825,13 @@ struct TableJob {
     parts: Vec<Vec<ChunkRef>>,
 }
 
-fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, _tmp: &Path, read: &ReadResult) -> Result<Written, UnwindError> {
+fn write_all(
+    plan: &Plan,
+    opts: &UnwindOptions,
+    out: &Path,
+    _tmp: &Path,
+    read: &ReadResult,
+) -> Result<Written, UnwindError> {
     let entities: BTreeSet<String> = read.shapes.keys().map(|k| k.to_string()).collect();
     let names = naming::assign(&entities);
     let mut widenings = Vec::new();
@@ -852,13 +873,11 @@ fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, _tmp: &Path, read: &
     add_job(REJECTS_TABLE.to_owned(), None, TableKind::Rejects, Dest::Rejects);
     jobs.sort_by(|a, b| a.name.cmp(&b.name));
 
-    let spills: Vec<File> = read
-        .spills
-        .iter()
-        .map(|p| File::open(p).map_err(io_err("open", p)))
-        .collect::<Result<_, _>>()?;
+    let spills: Vec<File> =
+        read.spills.iter().map(|p| File::open(p).map_err(io_err("open", p))).collect::<Result<_, _>>()?;
     // Worker index -> spill file: workers pushed their spill path in index order.
-    let tasks: Vec<(usize, usize)> = jobs.iter().enumerate().flat_map(|(j, job)| (0..job.parts.len()).map(move |p| (j, p))).collect();
+    let tasks: Vec<(usize, usize)> =
+        jobs.iter().enumerate().flat_map(|(j, job)| (0..job.parts.len()).map(move |p| (j, p))).collect();
     let mut order: Vec<usize> = (0..tasks.len()).collect();
     let task_bytes = |t: &(usize, usize)| jobs[t.0].parts[t.1].iter().map(|c| c.len).sum::<u64>();
     order.sort_by_key(|&i| std::cmp::Reverse(task_bytes(&tasks[i])));
@@ -868,7 +887,8 @@ fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, _tmp: &Path, read: &
     let results: Vec<Vec<(usize, Result<FileReport, UnwindError>)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..opts.threads.max(1).min(tasks.len().max(1)))
             .map(|_| {
-                let (next, abort, jobs, tasks, order, spills, props, plan) = (&next, &abort, &jobs, &tasks, &order, &spills, &props, plan);
+                let (next, abort, jobs, tasks, order, spills, props, plan) =
+                    (&next, &abort, &jobs, &tasks, &order, &spills, &props, plan);
                 s.spawn(move || {
                     let mut done = Vec::new();
                     loop {
@@ -890,7 +910,11 @@ fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, _tmp: &Path, read: &
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| vec![(usize::MAX, Err(UnwindError::Internal { message: "a writer thread panicked".into() }))]))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![(usize::MAX, Err(UnwindError::Internal { message: "a writer thread panicked".into() }))]
+                })
+            })
             .collect()
     });
     let mut reports: Vec<Option<FileReport>> = vec![None; tasks.len()];
@@ -906,7 +930,11 @@ fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, _tmp: &Path, read: &
     for job in &jobs {
         let mut files = Vec::new();
         for _ in &job.parts {
-            files.push(reports[ti].take().ok_or_else(|| UnwindError::Internal { message: format!("part of `{}` not written", job.name) })?);
+            files.push(
+                reports[ti]
+                    .take()
+                    .ok_or_else(|| UnwindError::Internal { message: format!("part of `{}` not written", job.name) })?,
+            );
             ti += 1;
         }
         tables.push(TableReport {
@@ -952,7 +980,8 @@ fn write_part(
     let damaged = |e: spill::SpillError| UnwindError::Internal { message: format!("table `{}`: {e}", job.name) };
     for c in &job.parts[part] {
         buf.resize(c.len as usize, 0);
-        let spill = spills.get(c.worker).ok_or_else(|| UnwindError::Internal { message: "missing spill file".into() })?;
+        let spill =
+            spills.get(c.worker).ok_or_else(|| UnwindError::Internal { message: "missing spill file".into() })?;
         spill.read_exact_at(&mut buf, c.offset).map_err(io_err("read spill of", &path))?;
         let mut r = spill::Reader::new(&buf);
         while !r.at_end() {

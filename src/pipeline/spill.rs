@@ -250,7 +250,16 @@ mod tests {
     #[test]
     fn every_reason_round_trips() {
         for reason in REASONS {
-            let row = RejectRow { file: 3, line: 99, offset: 12345, reason, attribute: "a.b", message: "m", raw: b"{x", truncated: true };
+            let row = RejectRow {
+                file: 3,
+                line: 99,
+                offset: 12345,
+                reason,
+                attribute: "a.b",
+                message: "m",
+                raw: b"{x",
+                truncated: true,
+            };
             let mut buf = Vec::new();
             encode_reject(&row, &mut buf);
             assert_eq!(Reader::new(&buf).reject().unwrap(), row);

@@ -24,7 +24,9 @@ pub enum StagingError {
 impl StagingError {
     pub fn hint(&self) -> Option<&'static str> {
         match self {
-            StagingError::NotEtlOutput { .. } => Some("choose another `--out`, or pass `--overwrite` to replace the folder's contents"),
+            StagingError::NotEtlOutput { .. } => {
+                Some("choose another `--out`, or pass `--overwrite` to replace the folder's contents")
+            }
             StagingError::NotADirectory { .. } => Some("`--out` names a folder that etl creates"),
             StagingError::Io { .. } => None,
         }
@@ -65,7 +67,8 @@ impl Staging {
         fs::create_dir_all(&parent).map_err(io("create", &parent))?;
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
         remove_stale(&parent, &name);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let dir = parent.join(format!(".{name}.etl-staging-{}-{nanos}", std::process::id()));
         fs::create_dir(&dir).map_err(io("create", &dir))?;
         Ok(Staging { target: target.to_owned(), dir, done: false })
@@ -133,7 +136,8 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
     let cb = CString::new(b.as_os_str().as_bytes())?;
     // SAFETY: both pointers are valid NUL-terminated strings that outlive the call; renameat2
     // reads them and touches no other memory.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
     if rc == 0 {
         return Ok(());
     }

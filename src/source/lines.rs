@@ -99,7 +99,12 @@ impl<R: BufRead> LineReader<R> {
                     }
                     if too_long {
                         self.inner.consume(i + 1);
-                        return Ok(Some(Line::TooLong { prefix: &self.buf, len: line_len, number: self.number, offset: start_offset }));
+                        return Ok(Some(Line::TooLong {
+                            prefix: &self.buf,
+                            len: line_len,
+                            number: self.number,
+                            offset: start_offset,
+                        }));
                     }
                     if self.buf.is_empty() {
                         // Fast path: the whole line is in the reader's buffer.
@@ -152,7 +157,9 @@ mod tests {
         let mut out = Vec::new();
         while let Some(line) = r.next_line().unwrap() {
             out.push(match line {
-                Line::Complete { bytes, number, offset } => (String::from_utf8_lossy(bytes).into_owned(), number, offset, false),
+                Line::Complete { bytes, number, offset } => {
+                    (String::from_utf8_lossy(bytes).into_owned(), number, offset, false)
+                }
                 Line::TooLong { prefix, len, number, offset } => {
                     assert!(prefix.len() <= TOO_LONG_PREFIX);
                     (format!("{}…{len}", String::from_utf8_lossy(&prefix[..prefix.len().min(3)])), number, offset, true)

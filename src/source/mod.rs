@@ -113,7 +113,9 @@ pub enum SourceError {
     SeveralExports { path: String, count: usize, list: String },
     #[error("no data files found under `{path}`")]
     NoDataFiles { path: String },
-    #[error("`{path}` holds incremental export records (`{{\"Metadata\":…,\"Keys\":…}}`); incremental exports are not supported yet")]
+    #[error(
+        "`{path}` holds incremental export records (`{{\"Metadata\":…,\"Keys\":…}}`); incremental exports are not supported yet"
+    )]
     IncrementalData { path: String },
     #[error("`{path}` is an Ion data file; Ion exports are not supported yet")]
     IonData { path: String },
@@ -290,9 +292,7 @@ fn data_file(path: &Path, display: String) -> Result<DataFile, SourceError> {
 fn sniff_layout(path: &Path, display: &str) -> Result<Layout, SourceError> {
     use std::io::Read as _;
     let mut head = Vec::with_capacity(4096);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(4096).read_to_end(&mut head))
-        .map_err(io_err(path))?;
+    std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut head)).map_err(io_err(path))?;
     sniff_bytes(&head).map_err(|why| match why {
         Sniff::Incremental => SourceError::IncrementalData { path: display.to_owned() },
         Sniff::Unknown(why) => SourceError::UnknownContent { path: display.to_owned(), why },
@@ -318,7 +318,9 @@ fn sniff_bytes(head: &[u8]) -> Result<Layout, Sniff> {
     let key: String = rest.strip_prefix('"').map(|r| r.chars().take_while(|&c| c != '"').collect()).unwrap_or_default();
     match key.as_str() {
         "Item" => Ok(Layout::ExportLines),
-        "Items" | "Count" | "ScannedCount" | "ConsumedCapacity" | "LastEvaluatedKey" | "NextToken" => Ok(Layout::ScanOutput),
+        "Items" | "Count" | "ScannedCount" | "ConsumedCapacity" | "LastEvaluatedKey" | "NextToken" => {
+            Ok(Layout::ScanOutput)
+        }
         "Metadata" | "Keys" | "NewImage" | "OldImage" => Err(Sniff::Incremental),
         "" => Err(Sniff::Unknown("it does not start with a JSON object field".into())),
         other => Err(Sniff::Unknown(format!("its first field is `{other}`, not `Item` or `Items`"))),
@@ -396,20 +398,28 @@ fn resolve_export(summary_path: &Path, plan: &mut Plan) -> Result<(), SourceErro
     let files_bytes = std::fs::read(&files_path).map_err(io_err(&files_path))?;
     let files_checksum = check_side_file(&files_path, &files_bytes);
     let files_display = files_path.display().to_string();
-    let text = std::str::from_utf8(&files_bytes).map_err(|e| SourceError::BadManifest { path: files_display.clone(), message: e.to_string() })?;
+    let text = std::str::from_utf8(&files_bytes)
+        .map_err(|e| SourceError::BadManifest { path: files_display.clone(), message: e.to_string() })?;
     let mut total = 0u64;
     let mut count = 0usize;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let entry: ManifestFileLine = serde_json::from_str(line)
-            .map_err(|e| SourceError::BadManifestLine { path: files_display.clone(), line: i + 1, message: e.to_string() })?;
+        let entry: ManifestFileLine = serde_json::from_str(line).map_err(|e| SourceError::BadManifestLine {
+            path: files_display.clone(),
+            line: i + 1,
+            message: e.to_string(),
+        })?;
         let path = local_key_path(&root, &entry.data_file_s3_key, summary.s3_prefix.as_deref(), &files_display)?;
         let size = match std::fs::metadata(&path) {
             Ok(m) if m.is_file() => m.len(),
             _ => {
-                return Err(SourceError::MissingDataFile { manifest: files_display.clone(), line: i + 1, path: path.display().to_string() });
+                return Err(SourceError::MissingDataFile {
+                    manifest: files_display.clone(),
+                    line: i + 1,
+                    path: path.display().to_string(),
+                });
             }
         };
         if path.to_string_lossy().ends_with(".ion.gz") {
@@ -492,7 +502,9 @@ mod tests {
         let ok = local_key_path(root, "nightly/AWSDynamoDB/1-a/data/x.json.gz", Some("nightly"), "m").unwrap();
         assert_eq!(ok, Path::new("/r/AWSDynamoDB/1-a/data/x.json.gz"));
         assert!(local_key_path(root, "AWSDynamoDB/1-a/data/x.json.gz", None, "m").is_ok());
-        for bad in ["AWSDynamoDB/../../etc/passwd", "/etc/passwd", "AWSDynamoDB/1-a/../../../x", "elsewhere/file.json.gz"] {
+        for bad in
+            ["AWSDynamoDB/../../etc/passwd", "/etc/passwd", "AWSDynamoDB/1-a/../../../x", "elsewhere/file.json.gz"]
+        {
             assert!(matches!(local_key_path(root, bad, None, "m"), Err(SourceError::KeyEscapesRoot { .. })), "{bad}");
         }
     }

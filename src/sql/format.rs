@@ -33,7 +33,8 @@ pub enum FormatError {
 /// Every column rendered as text (for csv/tsv, which cannot hold nested values).
 fn as_text(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     let opts = FormatOptions::default().with_null("");
-    let fields: Vec<Field> = batch.schema().fields().iter().map(|f| Field::new(f.name(), DataType::Utf8, true)).collect();
+    let fields: Vec<Field> =
+        batch.schema().fields().iter().map(|f| Field::new(f.name(), DataType::Utf8, true)).collect();
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
     for col in batch.columns() {
         let fmt = ArrayFormatter::try_new(col.as_ref(), &opts)?;
@@ -51,7 +52,11 @@ fn as_text(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
 }
 
 /// Writes `result` to `out` in `format`.
-pub fn write_result(result: &QueryResult, format: OutputFormat, out: &mut (dyn Write + Send)) -> Result<(), FormatError> {
+pub fn write_result(
+    result: &QueryResult,
+    format: OutputFormat,
+    out: &mut (dyn Write + Send),
+) -> Result<(), FormatError> {
     let empty;
     let batches: &[RecordBatch] = if result.batches.is_empty() {
         empty = [RecordBatch::new_empty(result.schema.clone())];
@@ -66,7 +71,8 @@ pub fn write_result(result: &QueryResult, format: OutputFormat, out: &mut (dyn W
         }
         OutputFormat::Csv | OutputFormat::Tsv => {
             let delim = if format == OutputFormat::Tsv { b'\t' } else { b',' };
-            let mut w = datafusion::arrow::csv::WriterBuilder::new().with_header(true).with_delimiter(delim).build(&mut *out);
+            let mut w =
+                datafusion::arrow::csv::WriterBuilder::new().with_header(true).with_delimiter(delim).build(&mut *out);
             for b in batches {
                 w.write(&as_text(b)?)?;
             }
@@ -88,7 +94,8 @@ pub fn write_result(result: &QueryResult, format: OutputFormat, out: &mut (dyn W
         }
         OutputFormat::Parquet => {
             let props = crate::sink::writer_properties(1 << 20);
-            let mut w = datafusion::parquet::arrow::ArrowWriter::try_new(&mut *out, result.schema.clone(), Some(props))?;
+            let mut w =
+                datafusion::parquet::arrow::ArrowWriter::try_new(&mut *out, result.schema.clone(), Some(props))?;
             for b in batches {
                 w.write(b)?;
             }

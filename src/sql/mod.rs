@@ -49,7 +49,9 @@ impl SqlError {
     pub fn hint(&self) -> Option<String> {
         match self {
             SqlError::NotAnOutput { .. } => Some("point `--data` at a folder written by `etl unwind --out`".into()),
-            SqlError::Forbidden { .. } => Some("pass `--allow-write` to allow statements that change files, tables or settings".into()),
+            SqlError::Forbidden { .. } => {
+                Some("pass `--allow-write` to allow statements that change files, tables or settings".into())
+            }
             SqlError::DataFusion(e) if e.to_string().contains("Resources exhausted") => {
                 Some("raise `--memory-limit`, or narrow the query".into())
             }
@@ -155,9 +157,9 @@ impl Session {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
         let runtime = runtime.build_arc()?;
-        let config = SessionConfig::new().with_information_schema(true).with_target_partitions(
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
-        );
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
         let ctx = SessionContext::new_with_config_rt(config, runtime);
         let mut tables = Vec::new();
         for t in run.tables {
@@ -174,12 +176,19 @@ impl Session {
                 })
                 .collect::<Result<Vec<_>, SqlError>>()?;
             let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-            let config = ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).infer_schema(&ctx.state()).await?;
+            let config = ListingTableConfig::new_with_multi_paths(urls)
+                .with_listing_options(options)
+                .infer_schema(&ctx.state())
+                .await?;
             let table = ListingTable::try_new(config)?;
             // The schema as written (with etl's field metadata), for `\d`.
             let schema = match files.first() {
                 Some(f) => {
-                    let file = std::fs::File::open(f).map_err(|source| SqlError::Io { action: "open", path: f.display().to_string(), source })?;
+                    let file = std::fs::File::open(f).map_err(|source| SqlError::Io {
+                        action: "open",
+                        path: f.display().to_string(),
+                        source,
+                    })?;
                     datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
                         .map_err(|e| SqlError::DataFusion(e.into()))?
                         .schema()
@@ -276,14 +285,24 @@ impl Session {
                 }
             }
             Some(name) => {
-                let t = self.tables.iter().find(|t| t.name == name).ok_or_else(|| SqlError::UnknownTable(name.to_owned()))?;
+                let t = self
+                    .tables
+                    .iter()
+                    .find(|t| t.name == name)
+                    .ok_or_else(|| SqlError::UnknownTable(name.to_owned()))?;
                 let w = t.schema.fields().iter().map(|f| f.name().len()).max().unwrap_or(6).max(6);
                 let types: Vec<String> = t.schema.fields().iter().map(|f| short_type(f.data_type())).collect();
                 let tw = types.iter().map(String::len).max().unwrap_or(4).max(4);
                 let _ = writeln!(s, "{:<w$}  {:<tw$}  {:<8}  dynamodb", "column", "type", "nullable");
                 for (f, ty) in t.schema.fields().iter().zip(&types) {
                     let origin = f.metadata().get(crate::mapping::META_DYNAMODB_TYPE).cloned().unwrap_or_default();
-                    let _ = writeln!(s, "{:<w$}  {:<tw$}  {:<8}  {origin}", f.name(), ty, if f.is_nullable() { "yes" } else { "no" });
+                    let _ = writeln!(
+                        s,
+                        "{:<w$}  {:<tw$}  {:<8}  {origin}",
+                        f.name(),
+                        ty,
+                        if f.is_nullable() { "yes" } else { "no" }
+                    );
                 }
             }
         }
@@ -303,7 +322,11 @@ fn short_type(dt: &datafusion::arrow::datatypes::DataType) -> String {
         D::List(f) | D::LargeList(f) => format!("list<{}>", short_type(f.data_type())),
         D::Struct(fields) => format!(
             "struct<{}>",
-            fields.iter().map(|f| format!("{}: {}", f.name(), short_type(f.data_type()))).collect::<Vec<_>>().join(", ")
+            fields
+                .iter()
+                .map(|f| format!("{}: {}", f.name(), short_type(f.data_type())))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         other => other.to_string().to_lowercase(),
     }

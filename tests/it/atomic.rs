@@ -8,7 +8,15 @@ use crate::common::*;
 fn kill_9_mid_run_leaves_the_previous_output_intact() {
     let tmp = tempfile::tempdir().unwrap();
     let export = tmp.path().join("big");
-    let r = etl(["sample".as_ref(), "--out".as_ref(), export.as_os_str(), "--users".as_ref(), "20000".as_ref(), "--files".as_ref(), "4".as_ref()]);
+    let r = etl([
+        "sample".as_ref(),
+        "--out".as_ref(),
+        export.as_os_str(),
+        "--users".as_ref(),
+        "20000".as_ref(),
+        "--files".as_ref(),
+        "4".as_ref(),
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let out = tmp.path().join("out");
     unwind(&[&sample_export()], &out, &[], 0);

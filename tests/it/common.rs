@@ -7,7 +7,8 @@ use std::process::Command;
 
 use base64::Engine as _;
 use datafusion::arrow::array::{
-    Array, AsArray, BinaryArray, BooleanArray, Decimal128Array, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
+    Array, AsArray, BinaryArray, BooleanArray, Decimal128Array, Int64Array, ListArray, RecordBatch, StringArray,
+    StructArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -59,7 +60,8 @@ pub fn unwind(sources: &[&Path], out: &Path, extra: &[&str], code: i32) -> Run {
 }
 
 pub fn run_report(out: &Path) -> Json {
-    serde_json::from_str(&std::fs::read_to_string(out.join("_etl/run.json")).expect("run.json")).expect("run.json is JSON")
+    serde_json::from_str(&std::fs::read_to_string(out.join("_etl/run.json")).expect("run.json"))
+        .expect("run.json is JSON")
 }
 
 pub fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -85,7 +87,8 @@ pub fn write_export(dir: &Path, files: &[Vec<u8>], counts: &[u64]) -> PathBuf {
         let key = format!("AWSDynamoDB/{id}/data/file{i:02}abcdefghijklmnopqrs.json.gz");
         std::fs::write(dir.join(&key), bytes).unwrap();
         manifest.push_str(
-            &json!({"itemCount": counts[i], "md5Checksum": md5_b64(bytes), "etag": "0-1", "dataFileS3Key": key}).to_string(),
+            &json!({"itemCount": counts[i], "md5Checksum": md5_b64(bytes), "etag": "0-1", "dataFileS3Key": key})
+                .to_string(),
         );
         manifest.push('\n');
     }
@@ -157,7 +160,8 @@ pub fn cell(array: &dyn Array, i: usize) -> Option<Json> {
         }
         DataType::Utf8 => Json::String(array.as_any().downcast_ref::<StringArray>().unwrap().value(i).to_owned()),
         DataType::Binary => Json::String(
-            base64::engine::general_purpose::STANDARD.encode(array.as_any().downcast_ref::<BinaryArray>().unwrap().value(i)),
+            base64::engine::general_purpose::STANDARD
+                .encode(array.as_any().downcast_ref::<BinaryArray>().unwrap().value(i)),
         ),
         DataType::Boolean => Json::Bool(array.as_any().downcast_ref::<BooleanArray>().unwrap().value(i)),
         DataType::List(_) => {
@@ -175,7 +179,9 @@ pub fn cell(array: &dyn Array, i: usize) -> Option<Json> {
             }
             Json::Object(m)
         }
-        DataType::Int32 => Json::String(array.as_primitive::<datafusion::arrow::datatypes::Int32Type>().value(i).to_string()),
+        DataType::Int32 => {
+            Json::String(array.as_primitive::<datafusion::arrow::datatypes::Int32Type>().value(i).to_string())
+        }
         other => panic!("unexpected type {other}"),
     })
 }
@@ -225,7 +231,9 @@ pub fn expected_cell(v: &Json, field: &Field) -> Option<Json> {
         "BS" => Json::Array(payload.as_array().unwrap().iter().map(b64).collect()),
         "L" => {
             let DataType::List(el) = field.data_type() else { panic!("L in {}", field.data_type()) };
-            Json::Array(payload.as_array().unwrap().iter().map(|e| expected_cell(e, el).unwrap_or(Json::Null)).collect())
+            Json::Array(
+                payload.as_array().unwrap().iter().map(|e| expected_cell(e, el).unwrap_or(Json::Null)).collect(),
+            )
         }
         "M" => {
             let DataType::Struct(fields) = field.data_type() else { panic!("M in {}", field.data_type()) };
@@ -261,25 +269,36 @@ pub fn expected_rows(items: &[Json], schema: &SchemaRef) -> Vec<String> {
     rows
 }
 
-/// Items of a sample-layout export, read straight from its data files with serde_json.
-pub fn export_items(export_root: &Path) -> Vec<Json> {
+/// Every file below `dir`, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut stack = vec![export_root.to_owned()];
-    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.to_string_lossy().ends_with(".json.gz") {
-                files.push(p);
+            } else {
+                out.push(p);
             }
         }
     }
-    files.sort();
+    out.sort();
+    out
+}
+
+/// Items of a sample-layout export, read straight from its data files with serde_json.
+pub fn export_items(export_root: &Path) -> Vec<Json> {
+    let mut out = Vec::new();
+    let files: Vec<PathBuf> =
+        files_under(export_root).into_iter().filter(|p| p.to_string_lossy().ends_with(".json.gz")).collect();
     for f in files {
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(std::fs::File::open(&f).unwrap()), &mut text).unwrap();
+        std::io::Read::read_to_string(
+            &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(&f).unwrap()),
+            &mut text,
+        )
+        .unwrap();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let v: Json = serde_json::from_str(line).unwrap();
             out.push(v["Item"].clone());

@@ -8,7 +8,9 @@ use datafusion::arrow::array::{Array, BooleanArray, Int64Array, StringArray};
 use crate::common::*;
 
 fn good(i: usize) -> String {
-    format!(r#"{{"Item":{{"PK":{{"S":"USER#{i}"}},"SK":{{"S":"PROFILE"}},"Type":{{"S":"User"}},"n":{{"N":"{i}.5"}}}}}}"#)
+    format!(
+        r#"{{"Item":{{"PK":{{"S":"USER#{i}"}},"SK":{{"S":"PROFILE"}},"Type":{{"S":"User"}},"n":{{"N":"{i}.5"}}}}}}"#
+    )
 }
 
 /// (line, expected reason) pairs: each line is something DynamoDB could never have exported.
@@ -29,7 +31,10 @@ fn bad_lines() -> Vec<(Vec<u8>, &'static str)> {
         (br#"{"Item":{"PK":{"S":"two"},"a":{"S":"x","N":"1"}}}"#.to_vec(), "two_type_keys"),
         (br#"{"Item":{"PK":{"S":"unk"},"a":{"X":"1"}}}"#.to_vec(), "unknown_type_key"),
         (br#"{"Item":{"PK":{"S":"num"},"a":{"N":"1.2.3"}}}"#.to_vec(), "invalid_number"),
-        (br#"{"Item":{"PK":{"S":"d39"},"a":{"N":"123456789012345678901234567890123456789"}}}"#.to_vec(), "too_many_digits"),
+        (
+            br#"{"Item":{"PK":{"S":"d39"},"a":{"N":"123456789012345678901234567890123456789"}}}"#.to_vec(),
+            "too_many_digits",
+        ),
         (br#"{"Item":{"PK":{"S":"rng"},"a":{"N":"1E+126"}}}"#.to_vec(), "number_out_of_range"),
         (br#"{"Item":{"PK":{"S":"b64"},"a":{"B":"not base64!"}}}"#.to_vec(), "invalid_base64"),
         (br#"{"Item":{"PK":{"S":"set"},"a":{"SS":[]}}}"#.to_vec(), "empty_set"),
@@ -89,7 +94,10 @@ fn every_bad_line_becomes_a_reject_and_nothing_else_is_lost() {
     let messages = messages.as_any().downcast_ref::<StringArray>().unwrap();
     assert!(messages.value(3).contains("attribute `a`"), "{}", messages.value(3));
     let attrs = col("attribute");
-    assert_eq!(attrs.as_any().downcast_ref::<StringArray>().unwrap().value(9), "deep[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]");
+    assert_eq!(
+        attrs.as_any().downcast_ref::<StringArray>().unwrap().value(9),
+        "deep[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]"
+    );
     let raw = col("raw");
     let raw = raw.as_any().downcast_ref::<StringArray>().unwrap();
     assert_eq!(raw.value(1), std::str::from_utf8(&bad[1].0).unwrap());
@@ -149,7 +157,10 @@ fn checksum_and_count_mismatches_warn_or_fail_in_strict_mode() {
     let export = write_export(tmp.path(), &[data.clone()], &[2]);
     // Corrupt the manifest's checksum and count (and refresh its .md5 so only these differ).
     let mf = export.join("manifest-files.json");
-    let text = std::fs::read_to_string(&mf).unwrap().replace(&md5_b64(&data), "AAAAAAAAAAAAAAAAAAAAAA==").replace("\"itemCount\":2", "\"itemCount\":3");
+    let text = std::fs::read_to_string(&mf)
+        .unwrap()
+        .replace(&md5_b64(&data), "AAAAAAAAAAAAAAAAAAAAAA==")
+        .replace("\"itemCount\":2", "\"itemCount\":3");
     std::fs::write(&mf, &text).unwrap();
     std::fs::write(export.join("manifest-files.md5"), md5_b64(text.as_bytes())).unwrap();
     let out = tmp.path().join("out");
@@ -176,7 +187,13 @@ fn broken_exports_give_clear_errors() {
     let key = std::fs::read_dir(export.join("data")).unwrap().next().unwrap().unwrap().path();
     std::fs::remove_file(&key).unwrap();
     let run = unwind(&[&export], &tmp.path().join("o1"), &[], 2);
-    assert!(run.stderr.contains("is missing") && run.stderr.contains("manifest-files.json") && run.stderr.contains("line 1"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("is missing")
+            && run.stderr.contains("manifest-files.json")
+            && run.stderr.contains("line 1"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("hint:"), "{}", run.stderr);
 
     // A key that escapes the export root.
@@ -193,7 +210,9 @@ fn broken_exports_give_clear_errors() {
     let c = tmp.path().join("incr");
     let export = write_export(&c, &[data.clone()], &[1]);
     let sp = export.join("manifest-summary.json");
-    let s = std::fs::read_to_string(&sp).unwrap().replace("\"outputFormat\"", "\"exportType\":\"INCREMENTAL_EXPORT\",\"outputFormat\"");
+    let s = std::fs::read_to_string(&sp)
+        .unwrap()
+        .replace("\"outputFormat\"", "\"exportType\":\"INCREMENTAL_EXPORT\",\"outputFormat\"");
     std::fs::write(&sp, s).unwrap();
     let run = unwind(&[&export], &tmp.path().join("o3"), &[], 2);
     assert!(run.stderr.contains("incremental exports are not supported yet"), "{}", run.stderr);
@@ -206,7 +225,11 @@ fn broken_exports_give_clear_errors() {
     assert!(run.stderr.contains("Ion exports are not supported yet"), "{}", run.stderr);
 
     // Scan output in text, table or yaml format.
-    for (name, text) in [("text.txt", "ITEMS\tUSER#1\n"), ("table.json", "-------------\n|   Scan    |\n"), ("yaml.json", "Items:\n- PK:\n    S: x\n")] {
+    for (name, text) in [
+        ("text.txt", "ITEMS\tUSER#1\n"),
+        ("table.json", "-------------\n|   Scan    |\n"),
+        ("yaml.json", "Items:\n- PK:\n    S: x\n"),
+    ] {
         let p = tmp.path().join(name);
         std::fs::write(&p, text).unwrap();
         let run = unwind(&[&p], &tmp.path().join("o5"), &[], 2);

@@ -45,7 +45,8 @@ fn pyarrow_and_duckdb_read_every_table_exactly() {
         assert_eq!(got[t]["pyarrow_rows"].as_array().unwrap(), &ours, "pyarrow values of {t}");
         assert_eq!(got[t]["duckdb_rows"].as_array().unwrap(), &ours, "duckdb values of {t}");
     }
-    let ty = |t: &str, reader: &str, col: &str| got[t][format!("{reader}_types")][col].as_str().unwrap_or("?").to_owned();
+    let ty =
+        |t: &str, reader: &str, col: &str| got[t][format!("{reader}_types")][col].as_str().unwrap_or("?").to_owned();
     assert_eq!(ty("order", "pyarrow", "total"), "decimal128(38, 2)");
     assert_eq!(ty("order", "duckdb", "total"), "DECIMAL(38,2)");
     assert_eq!(ty("user", "pyarrow", "lifetime_points"), "decimal128(38, 0)");
@@ -87,7 +88,8 @@ fn pyarrow_and_duckdb_read_rejects_and_odd_numbers() {
     assert_eq!(types["frac"], "decimal128(38, 38)");
     assert_eq!(types["tiny"], "string", "beyond decimal(38): exact decimal text");
     assert_eq!(types["mix"], "string", "mixed types: DynamoDB JSON text");
-    let rows: String = got["n"]["pyarrow_rows"].as_array().unwrap().iter().filter_map(Json::as_str).collect::<Vec<_>>().join("\n");
+    let rows: String =
+        got["n"]["pyarrow_rows"].as_array().unwrap().iter().filter_map(Json::as_str).collect::<Vec<_>>().join("\n");
     assert!(rows.contains("12345678901234567890123456789012345678"), "{rows}");
     assert!(rows.contains(&format!("0.{}1", "0".repeat(129))), "{rows}");
     assert!(rows.contains(r#"{\"S\":\"one\"}"#), "{rows}");

@@ -39,7 +39,8 @@ fn scalar() -> impl Strategy<Value = Json> {
         any::<bool>().prop_map(|b| json!({ "BOOL": b })),
         Just(json!({ "NULL": true })),
         proptest::collection::btree_set("[a-z]{1,4}", 1..4).prop_map(|s| json!({ "SS": s })),
-        proptest::collection::btree_set(0u32..1000, 1..4).prop_map(|s| json!({ "NS": s.iter().map(|n| format!("{n}.5")).collect::<Vec<_>>() })),
+        proptest::collection::btree_set(0u32..1000, 1..4)
+            .prop_map(|s| json!({ "NS": s.iter().map(|n| format!("{n}.5")).collect::<Vec<_>>() })),
         proptest::collection::btree_set(proptest::collection::vec(any::<u8>(), 1..4), 1..3)
             .prop_map(|s| json!({ "BS": s.iter().map(|b| base64_encode(b)).collect::<Vec<_>>() })),
     ]
@@ -60,15 +61,17 @@ fn value() -> impl Strategy<Value = Json> {
 }
 
 fn item(i: usize) -> impl Strategy<Value = Json> {
-    (prop_oneof![Just("Alpha"), Just("Beta")], proptest::collection::btree_map("[a-e]", value(), 0..5)).prop_map(move |(t, attrs)| {
-        let mut m = serde_json::Map::new();
-        m.insert("PK".into(), json!({ "S": format!("ID#{i}") }));
-        m.insert("Type".into(), json!({ "S": t }));
-        for (k, v) in attrs {
-            m.insert(k, v);
-        }
-        Json::Object(m)
-    })
+    (prop_oneof![Just("Alpha"), Just("Beta")], proptest::collection::btree_map("[a-e]", value(), 0..5)).prop_map(
+        move |(t, attrs)| {
+            let mut m = serde_json::Map::new();
+            m.insert("PK".into(), json!({ "S": format!("ID#{i}") }));
+            m.insert("Type".into(), json!({ "S": t }));
+            for (k, v) in attrs {
+                m.insert(k, v);
+            }
+            Json::Object(m)
+        },
+    )
 }
 
 fn items() -> impl Strategy<Value = Vec<Json>> {

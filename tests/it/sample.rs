@@ -28,7 +28,13 @@ fn sample_export_unwinds_to_exact_tables() {
     let expected_tables: BTreeSet<String> =
         ["order", "order_item", "product", "review", "user", "_rejects"].iter().map(|s| s.to_string()).collect();
     assert_eq!(table_dirs(&out), expected_tables);
-    for (entity, table) in [("User", "user"), ("Order", "order"), ("OrderItem", "order_item"), ("Product", "product"), ("Review", "review")] {
+    for (entity, table) in [
+        ("User", "user"),
+        ("Order", "order"),
+        ("OrderItem", "order_item"),
+        ("Product", "product"),
+        ("Review", "review"),
+    ] {
         let (schema, _) = read_table(&out.join(table));
         let want = expected_rows(&groups[entity], &schema);
         let got = canonical_rows(&out.join(table));
@@ -42,7 +48,13 @@ fn sample_export_unwinds_to_exact_tables() {
     assert_eq!(rec["items_read"].as_u64(), Some(items.len() as u64));
     assert_eq!(rec["balanced"], true);
     assert_eq!(rec["matches_manifest"], true);
-    assert!(report["inputs"].as_array().unwrap().iter().all(|i| i["md5_check"] == "verified" && i["item_count_check"] == "verified"));
+    assert!(
+        report["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["md5_check"] == "verified" && i["item_count_check"] == "verified")
+    );
     assert!(report["inputs"].as_array().unwrap().iter().any(|i| i["items"] == 0), "the sample has an empty data file");
     assert!(report["warnings"].as_array().unwrap().is_empty(), "{}", report["warnings"]);
 
@@ -140,22 +152,13 @@ fn committed_sample_matches_the_generator() {
         scan.as_os_str(),
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let mut a = Vec::new();
-    let mut b = Vec::new();
-    for (root, out) in [(dir.clone(), &mut a), (sample_export(), &mut b)] {
-        let mut stack = vec![root.clone()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else {
-                    out.push((p.strip_prefix(&root).unwrap().to_owned(), std::fs::read(&p).unwrap()));
-                }
-            }
-        }
-        out.sort();
-    }
+    let contents = |root: &std::path::Path| -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        files_under(root)
+            .into_iter()
+            .map(|p| (p.strip_prefix(root).unwrap().to_owned(), std::fs::read(&p).unwrap()))
+            .collect()
+    };
+    let (a, b) = (contents(&dir), contents(&sample_export()));
     assert_eq!(a.len(), b.len());
     assert!(a == b, "sample-exports/shop differs from `etl sample --users 200 --files 4 --seed 42`; regenerate it");
     assert!(std::fs::read(&scan).unwrap() == std::fs::read(root().join("sample-exports/shop-scan.json")).unwrap());

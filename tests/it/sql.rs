@@ -48,7 +48,11 @@ fn slt_path(sql_file: &Path) -> PathBuf {
 fn type_letter(dt: &DataType) -> char {
     match dt {
         dt if dt.is_integer() => 'I',
-        DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(..) | DataType::Decimal256(..) => 'R',
+        DataType::Float16
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => 'R',
         _ => 'T',
     }
 }
@@ -57,7 +61,8 @@ fn render_rows(batches: &[RecordBatch]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut rows = Vec::new();
     for b in batches {
-        let fmts: Vec<ArrayFormatter<'_>> = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap()).collect();
+        let fmts: Vec<ArrayFormatter<'_>> =
+            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap()).collect();
         for i in 0..b.num_rows() {
             let cells: Vec<String> = b
                 .columns()
@@ -118,7 +123,10 @@ fn run_library_query(session: &etl::sql::Session, rt: &tokio::runtime::Runtime, 
 fn sql_library_matches_slt_files() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let session = rt
-        .block_on(etl::sql::Session::open(etl::sql::SqlOptions { data: sample_out().to_string_lossy().into_owned(), ..Default::default() }))
+        .block_on(etl::sql::Session::open(etl::sql::SqlOptions {
+            data: sample_out().to_string_lossy().into_owned(),
+            ..Default::default()
+        }))
         .unwrap();
     let complete = std::env::var_os("ETL_SLT_COMPLETE").is_some();
     let files = library();
@@ -138,7 +146,8 @@ fn sql_library_matches_slt_files() {
             std::fs::write(&slt, text).unwrap();
             continue;
         }
-        let text = std::fs::read_to_string(&slt).unwrap_or_else(|_| panic!("{} is missing; run with ETL_SLT_COMPLETE=1", slt.display()));
+        let text = std::fs::read_to_string(&slt)
+            .unwrap_or_else(|_| panic!("{} is missing; run with ETL_SLT_COMPLETE=1", slt.display()));
         let q = parse_slt(&text);
         assert_eq!(q.len(), 1, "{}", slt.display());
         assert_eq!(q[0].sql.trim(), sql.trim(), "{} holds another version of the query", slt.display());
@@ -148,7 +157,9 @@ fn sql_library_matches_slt_files() {
 }
 
 fn canonical_token(t: &str) -> String {
-    if t.chars().all(|c| c.is_ascii_digit() || matches!(c, '-' | '.' | 'e' | 'E')) && let Ok(v) = t.parse::<f64>() {
+    if t.chars().all(|c| c.is_ascii_digit() || matches!(c, '-' | '.' | 'e' | 'E'))
+        && let Ok(v) = t.parse::<f64>()
+    {
         return format!("{v}");
     }
     t.to_owned()
@@ -178,7 +189,8 @@ fn duckdb_agrees_with_the_slt_files() {
         let q = parse_slt(&std::fs::read_to_string(slt_path(&f)).unwrap());
         let want: Vec<String> = q[0].rows.iter().map(|r| canonical_row(r)).collect();
         let name = f.file_name().unwrap().to_string_lossy().into_owned();
-        let got: Vec<String> = duck[&name].as_array().unwrap().iter().map(|r| canonical_row(r.as_str().unwrap())).collect();
+        let got: Vec<String> =
+            duck[&name].as_array().unwrap().iter().map(|r| canonical_row(r.as_str().unwrap())).collect();
         assert_eq!(got, want, "DuckDB disagrees with tests/sql for {name}");
     }
 }
@@ -211,7 +223,10 @@ fn output_formats() {
     let r = sql(&[q, "--format", "parquet", "--output", file.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.is_empty());
-    let reader = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&file).unwrap()).unwrap();
+    let reader = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&file).unwrap(),
+    )
+    .unwrap();
     assert_eq!(reader.schema().field_with_name("total").unwrap().data_type(), &DataType::Decimal128(38, 2));
     let rows: usize = reader.build().unwrap().map(|b| b.unwrap().num_rows()).sum();
     assert_eq!(rows, 2);
@@ -241,7 +256,13 @@ fn shell_lists_tables_and_columns() {
 
 #[test]
 fn named_parameters() {
-    let r = sql(&[r#"SELECT count(*) AS n FROM "order" WHERE status = $status"#, "--param", "status=delivered", "--format", "csv"]);
+    let r = sql(&[
+        r#"SELECT count(*) AS n FROM "order" WHERE status = $status"#,
+        "--param",
+        "status=delivered",
+        "--format",
+        "csv",
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let want = export_items(&sample_export())
         .iter()
@@ -263,21 +284,7 @@ fn limits_stop_runaway_queries() {
 }
 
 fn tree_listing(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let len = std::fs::metadata(&p).unwrap().len();
-                out.push((p, len));
-            }
-        }
-    }
-    out.sort();
-    out
+    files_under(dir).into_iter().map(|p| (p.clone(), std::fs::metadata(&p).unwrap().len())).collect()
 }
 
 #[test]
