@@ -35,9 +35,8 @@ fn read_file(path: &Path) -> Result<Counts> {
     let mut counts = Counts::default();
     loop {
         line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .with_context(|| format!("cannot decompress `{}`", path.display()))?;
+        let n =
+            reader.read_until(b'\n', &mut line).with_context(|| format!("cannot decompress `{}`", path.display()))?;
         if n == 0 {
             return Ok(counts);
         }
@@ -46,13 +45,8 @@ fn read_file(path: &Path) -> Result<Counts> {
         if json.is_empty() {
             continue;
         }
-        let value: sonic_rs::Value = sonic_rs::from_slice(json).with_context(|| {
-            format!(
-                "line {} of `{}` is not JSON",
-                counts.lines + 1,
-                path.display()
-            )
-        })?;
+        let value: sonic_rs::Value = sonic_rs::from_slice(json)
+            .with_context(|| format!("line {} of `{}` is not JSON", counts.lines + 1, path.display()))?;
         std::hint::black_box(&value);
         counts.lines += 1;
     }
@@ -89,10 +83,7 @@ fn run(files: &[PathBuf]) -> Result<(Counts, f64)> {
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     let mut total = Counts::default();
     for c in per_thread {
