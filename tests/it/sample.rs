@@ -72,7 +72,10 @@ fn sample_export_unwinds_to_exact_tables() {
     let attrs = product.field_with_name("attributes").unwrap();
     assert_eq!(attrs.data_type(), &DataType::Utf8);
     assert!(attrs.metadata()["dynamodb.type"].contains("encoding=dynamodb-json"));
-    assert!(std::fs::read_to_string(out.join("_etl/schema/order.json")).unwrap().contains("\"total\""));
+    insta::assert_snapshot!("schema_order", std::fs::read_to_string(out.join("_etl/schema/order.json")).unwrap());
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"output: .*", "output: [OUT] ([TIME])");
+    settings.bind(|| insta::assert_snapshot!("unwind_summary", run.stderr));
 }
 
 #[test]

@@ -206,17 +206,10 @@ fn readme_example_runs_on_the_sample_output() {
 #[test]
 fn output_formats() {
     let q = r#"SELECT order_id, total, coupon_codes, shipping, gift FROM "order" WHERE order_id IN ('ORD-000001', 'ORD-000002') ORDER BY order_id"#;
-    for (format, check) in [
-        ("csv", "order_id,total,coupon_codes,shipping,gift\nORD-000001,"),
-        ("tsv", "order_id\ttotal\tcoupon_codes\tshipping\tgift\nORD-000001\t"),
-        ("table", "+------------+--------+"),
-        ("json", "[{\"order_id\":\"ORD-000001\""),
-        ("ndjson", "{\"order_id\":\"ORD-000001\""),
-    ] {
+    for format in ["csv", "tsv", "table", "json", "ndjson"] {
         let r = sql(&[q, "--format", format]);
         assert_eq!(r.code, 0, "{format}: {}", r.stderr);
-        assert!(r.stdout.starts_with(check), "{format}:\n{}", r.stdout);
-        assert_eq!(r.stdout.matches("ORD-00000").count(), 2, "{format}:\n{}", r.stdout);
+        insta::assert_snapshot!(format!("format_{format}"), r.stdout);
     }
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("r.parquet");
