@@ -270,3 +270,30 @@ fn partial_scan_output_warns() {
     assert!(run.stderr.contains("LastEvaluatedKey") && run.stderr.contains("only part of the table"), "{}", run.stderr);
     assert_eq!(count_rows(&out.join("user")), 1);
 }
+
+#[test]
+fn multi_member_gzip_checksum_side_files_and_another_type_attribute() {
+    let tmp = tempfile::tempdir().unwrap();
+    let line = |i: usize, kind: &str| format!(r#"{{"Item":{{"PK":{{"S":"K#{i}"}},"kind":{{"S":"{kind}"}}}}}}"#) + "\n";
+    // Two gzip members in one file, as `cat a.gz b.gz` makes.
+    let mut data = gzip((line(1, "Cat") + &line(2, "Dog")).as_bytes());
+    data.extend(gzip((line(3, "Cat") + "\n").as_bytes()));
+    let export = write_export(tmp.path(), &[data, gzip(b"")], &[3, 0]);
+    // `.checksum` instead of `.md5` side files, as the AWS documentation names them.
+    for m in ["manifest-files", "manifest-summary"] {
+        std::fs::rename(export.join(format!("{m}.md5")), export.join(format!("{m}.checksum"))).unwrap();
+    }
+    let out = tmp.path().join("out");
+    unwind(&[&export], &out, &["--type-attribute", "kind", "--strict"], 0);
+    assert_eq!(count_rows(&out.join("cat")), 2);
+    assert_eq!(count_rows(&out.join("dog")), 1);
+    let report = run_report(&out);
+    assert_eq!(report["exports"][0]["files_checksum"]["file"], "manifest-files.checksum");
+    assert_eq!(report["exports"][0]["summary_checksum"]["status"], "verified");
+    assert_eq!(report["options"]["type_attribute"], "kind");
+    // With the default `Type`, the same items have no type attribute: `_untyped`, counted.
+    let out2 = tmp.path().join("out2");
+    unwind(&[&export], &out2, &[], 0);
+    assert_eq!(count_rows(&out2.join("_untyped")), 3);
+    assert_eq!(run_report(&out2)["reconciliation"]["untyped_items"], 3);
+}
