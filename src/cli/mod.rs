@@ -42,7 +42,7 @@ impl From<ExitStatus> for ExitCode {
         Reads DynamoDB exports (Export to S3, DynamoDB JSON) and `aws dynamodb scan` output, \
         splits items by their type attribute into one Parquet table per entity, keeps numbers, \
         sets and binary exact, and reconciles every item with the export's manifests.",
-    after_help = "Exit status: 0 success, 1 the data broke a policy (--max-rejects, --strict), 2 usage or internal error."
+    after_help = "Exit status: 0 success; 1 the data or a query broke a limit you set (--max-rejects, --strict, --timeout, --memory-limit); 2 usage, input or internal error."
 )]
 pub struct Cli {
     /// More output on stderr: -v for progress logs per file and table, -vv for debug.
