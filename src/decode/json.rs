@@ -787,3 +787,42 @@ mod tests {
         assert_eq!(p.string().unwrap(), s);
     }
 }
+
+#[cfg(test)]
+mod no_panic {
+    //! Fuzz-style properties: no input makes the decoders panic (cargo-fuzz needs a nightly
+    //! toolchain, which this project's machines do not have).
+    use proptest::prelude::*;
+
+    const SEED: &str = r#"{"Item":{"PK":{"S":"a\"b"},"n":{"N":"-1.5E3"},"b":{"B":"3q2+7w=="},"ss":{"SS":["x","y"]},"ns":{"NS":["1","2"]},"l":{"L":[{"M":{"k":{"BOOL":true}}},{"NULL":true}]},"bs":{"BS":["AA=="]}}}"#;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_text_never_panics(s in "\\PC{0,200}") {
+            let _ = super::decode_export_line(&s);
+            let _ = super::decode_item_object(&s);
+            let _ = crate::decode::scan::parse_scan_output(&s);
+        }
+
+        #[test]
+        fn mutated_lines_never_panic(edits in proptest::collection::vec((0usize..SEED.len(), 0usize..4, "[{}\\[\\]\":,\\\\0-9a-zA-Z.eE+-]{0,3}"), 1..6)) {
+            let mut line = SEED.to_owned();
+            for (at, del, ins) in edits {
+                let at = at.min(line.len());
+                if !line.is_char_boundary(at) { continue; }
+                let end = (at + del).min(line.len());
+                if !line.is_char_boundary(end) { continue; }
+                line.replace_range(at..end, &ins);
+            }
+            if let Ok(item) = super::decode_export_line(&line) {
+                // Whatever decodes re-encodes to DynamoDB JSON that decodes to the same item.
+                let mut text = String::new();
+                crate::decode::write_item_json(&item, &mut text);
+                prop_assert_eq!(super::decode_item_object(&text).unwrap(), item);
+            }
+            let _ = crate::decode::scan::parse_scan_output(&format!("{{\"Items\":[{line}]}}"));
+        }
+    }
+}
