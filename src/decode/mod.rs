@@ -164,18 +164,7 @@ impl Value<'_> {
                 out.push('"');
             }),
             Value::L(v) => write_list(out, v, |out, e| e.write_dynamodb_json(out)),
-            Value::M(v) => {
-                out.push('{');
-                for (i, (k, e)) in v.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    json::write_json_string(out, k);
-                    out.push(':');
-                    e.write_dynamodb_json(out);
-                }
-                out.push('}');
-            }
+            Value::M(v) => write_item_json(v, out),
         }
         out.push('}');
     }
@@ -201,7 +190,7 @@ pub fn item_size(item: &Item<'_>) -> usize {
     item.iter().map(|(k, v)| k.len() + v.dynamodb_size()).sum()
 }
 
-/// Writes a whole item as compact DynamoDB JSON (`{"a":{"S":"x"},...}`).
+/// Writes a whole item (or the payload of an `M`) as compact DynamoDB JSON (`{"a":{"S":"x"},...}`).
 pub fn write_item_json(item: &Item<'_>, out: &mut String) {
     out.push('{');
     for (i, (k, v)) in item.iter().enumerate() {
