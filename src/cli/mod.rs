@@ -135,7 +135,7 @@ pub fn main() -> ExitCode {
         }
     };
     init_tracing(cli.verbose);
-    let printer = Printer::new(cli.quiet, cli.verbose);
+    let printer = Printer::new(cli.quiet);
     let status = match cli.command {
         Command::Unwind(args) => unwind(args, &printer),
         Command::Sql(args) => sql::sql(args, &printer),

@@ -8,15 +8,13 @@ use crate::pipeline::UnwindSummary;
 #[derive(Debug, Clone)]
 pub struct Printer {
     quiet: bool,
-    #[allow(dead_code)]
-    verbose: u8,
     color: bool,
 }
 
 impl Printer {
-    pub fn new(quiet: bool, verbose: u8) -> Self {
+    pub fn new(quiet: bool) -> Self {
         let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        Printer { quiet, verbose, color }
+        Printer { quiet, color }
     }
 
     pub fn quiet(&self) -> bool {

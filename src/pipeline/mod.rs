@@ -184,7 +184,7 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
 
     progress.phase.store(PHASE_WRITE, Ordering::Relaxed);
     let t_write = Instant::now();
-    let written = write_all(&plan, opts, staging.path(), &tmp, &read)?;
+    let written = write_all(&plan, opts, staging.path(), &read)?;
     let t_write = t_write.elapsed();
     std::fs::remove_dir_all(&tmp).map_err(io_err("remove", &tmp))?;
 
@@ -693,7 +693,7 @@ fn read_lines<R: BufRead>(
                     reason: RejectReason::CorruptFile,
                     attribute: "",
                     message: &message,
-                    raw: &partial[..partial.len().min(spill_raw_cap())],
+                    raw: &partial[..partial.len().min(crate::source::lines::TOO_LONG_PREFIX)],
                     truncated: true,
                 })?;
                 let file = router.file_display.clone();
@@ -759,10 +759,6 @@ fn read_lines<R: BufRead>(
     Ok(())
 }
 
-fn spill_raw_cap() -> usize {
-    crate::source::lines::TOO_LONG_PREFIX
-}
-
 fn read_scan_file(f: &DataFile, router: &mut Router<'_>, progress: &Progress) -> Result<Option<String>, UnwindError> {
     let mut bytes = Vec::new();
     match &f.location {
@@ -825,13 +821,7 @@ struct TableJob {
     parts: Vec<Vec<ChunkRef>>,
 }
 
-fn write_all(
-    plan: &Plan,
-    opts: &UnwindOptions,
-    out: &Path,
-    _tmp: &Path,
-    read: &ReadResult,
-) -> Result<Written, UnwindError> {
+fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, read: &ReadResult) -> Result<Written, UnwindError> {
     let entities: BTreeSet<String> = read.shapes.keys().map(|k| k.to_string()).collect();
     let names = naming::assign(&entities);
     let mut widenings = Vec::new();

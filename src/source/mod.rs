@@ -8,7 +8,6 @@
 
 pub mod lines;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
@@ -476,20 +475,6 @@ impl fmt::Display for CheckStatus {
             CheckStatus::NotListed => "not listed",
         })
     }
-}
-
-/// Counts lines per source kind for the report.
-pub fn describe(plan: &Plan) -> BTreeMap<&'static str, usize> {
-    let mut m = BTreeMap::new();
-    for f in &plan.files {
-        let kind = match (f.layout, f.expected.is_some()) {
-            (Layout::ScanOutput, _) => "scan_output",
-            (Layout::ExportLines, true) => "export_data_file",
-            (Layout::ExportLines, false) => "bare_data_file",
-        };
-        *m.entry(kind).or_default() += 1;
-    }
-    m
 }
 
 #[cfg(test)]
