@@ -24,6 +24,7 @@
 //! Deviation from `ARCHITECTURE.md`, on purpose: local files are read with `std::fs` and
 //! decoded on plain threads; the `object_store`-based source (for `s3://`) is not built yet.
 
+pub mod aws;
 pub mod cli;
 pub mod decode;
 pub mod mapping;
