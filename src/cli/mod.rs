@@ -3,6 +3,7 @@
 //! The only module that knows terminals and exit codes. stdout carries data only (nothing, for
 //! `unwind`); progress, warnings, the summary and errors go to stderr.
 
+mod aws_args;
 mod printer;
 mod progress;
 mod sql;
@@ -72,9 +73,10 @@ pub struct UnwindArgs {
     /// or `aws dynamodb scan --output json` output (a file, or `-` for stdin).
     #[arg(required = true, value_name = "SOURCE")]
     pub sources: Vec<String>,
-    /// Output folder; written to a staging folder beside it and published atomically.
-    #[arg(long, short, value_name = "DIR")]
-    pub out: PathBuf,
+    /// Output folder, written to a staging folder beside it and published atomically; or
+    /// `s3://bucket/prefix`, where `_etl/run.json` is written last as the commit record.
+    #[arg(long, short, value_name = "DIR|S3_URL")]
+    pub out: String,
     /// The attribute whose value names each item's entity.
     #[arg(long, default_value = "Type", value_name = "NAME")]
     pub type_attribute: String,
@@ -100,6 +102,8 @@ pub struct UnwindArgs {
     /// Roll to a new Parquet part file after this many bytes of item data.
     #[arg(long, value_name = "BYTES", default_value_t = pipeline::DEFAULT_TARGET_FILE_BYTES, hide_short_help = true)]
     pub target_file_bytes: u64,
+    #[command(flatten)]
+    pub aws: aws_args::AwsArgs,
 }
 
 #[derive(Debug, Args)]
@@ -173,8 +177,14 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
         max_line_bytes,
         row_group_rows,
         target_file_bytes,
+        aws,
     } = args;
-    let mut opts = UnwindOptions::new(sources, out);
+    let mut opts = UnwindOptions::new(sources, PathBuf::new());
+    if let Err(e) = opts.set_out(&out) {
+        printer.error_chain(&e, e.hint().as_deref());
+        return ExitStatus::Error;
+    }
+    opts.aws = aws.options();
     opts.type_attribute = type_attribute;
     if let Some(t) = threads {
         opts.threads = usize::from(t);
@@ -193,13 +203,12 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
             for w in &summary.report.warnings {
                 printer.warn(w);
             }
-            printer.summary(&summary, &opts.out);
+            printer.summary(&summary, &out);
             if let Some((rejects, max)) = summary.too_many_rejects {
                 printer.error(
                     &format!("{rejects} items were rejected, more than `--max-rejects {max}`"),
                     Some(&format!(
-                        "the output was published; inspect the rejects with `etl` or any Parquet reader at `{}`",
-                        opts.out.join("_rejects").display()
+                        "the output was published; inspect the rejects with `etl sql --data {out}` or any Parquet reader under `{out}/_rejects`"
                     )),
                 );
                 return ExitStatus::Failure;

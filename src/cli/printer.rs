@@ -1,7 +1,6 @@
 //! The printer: owns quiet/verbose and writes human output to stderr.
 
 use std::io::{IsTerminal as _, Write as _};
-use std::path::Path;
 
 use crate::pipeline::UnwindSummary;
 
@@ -62,7 +61,7 @@ impl Printer {
     }
 
     /// The table of what a run wrote, and the reconciliation line.
-    pub fn summary(&self, s: &UnwindSummary, out: &Path) {
+    pub fn summary(&self, s: &UnwindSummary, out: &str) {
         if self.quiet {
             return;
         }
@@ -123,7 +122,8 @@ impl Printer {
         if !r.widenings.is_empty() {
             text.push_str(&format!("{} columns were widened (see `_etl/run.json`)\n", r.widenings.len()));
         }
-        text.push_str(&format!("output: {} ({:.1}s)\n", out.display(), r.timings_ms.total as f64 / 1000.0));
+        let run = s.published.as_ref().map(|p| format!(", run `{}`", p.run_id)).unwrap_or_default();
+        text.push_str(&format!("output: {out} ({:.1}s{run})\n", r.timings_ms.total as f64 / 1000.0));
         let _ = std::io::stderr().write_all(text.as_bytes());
     }
 }

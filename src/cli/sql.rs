@@ -15,8 +15,8 @@ pub struct SqlArgs {
     /// The query to run. Without a query and without `-f`, starts an interactive shell.
     #[arg(value_name = "QUERY", conflicts_with = "file")]
     pub query: Option<String>,
-    /// A committed etl output folder (what `etl unwind --out` wrote).
-    #[arg(long, short, value_name = "DIR")]
+    /// A committed etl output (what `etl unwind --out` wrote): a folder or `s3://bucket/prefix`.
+    #[arg(long, short, value_name = "DIR|S3_URL")]
     pub data: String,
     /// Run the statements in this file.
     #[arg(long, short, value_name = "FILE")]
@@ -39,6 +39,8 @@ pub struct SqlArgs {
     /// Stop queries that run longer than this (for example `30s`, `5m`, `500ms`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    #[command(flatten)]
+    pub aws: super::aws_args::AwsArgs,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -76,7 +78,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
-    let SqlArgs { query, data, file, params, format, output, allow_write, memory_limit, timeout } = args;
+    let SqlArgs { query, data, file, params, format, output, allow_write, memory_limit, timeout, aws } = args;
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -86,7 +88,7 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
     };
     let opts = SqlOptions { data, allow_write, memory_limit, timeout, params };
     runtime.block_on(async move {
-        let session = match Session::open(opts).await {
+        let session = match Session::open(opts, &aws.options()).await {
             Ok(s) => s,
             Err(e) => return fail(printer, &e),
         };
@@ -172,7 +174,7 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
     let mut history = std::env::var_os("HOME")
         .map(|h| PathBuf::from(h).join(".etl_history"))
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
-    printer.info(&format!("etl sql on `{}`; \\? for help, \\q to quit", session.data_dir().display()));
+    printer.info(&format!("etl sql on `{}`; \\? for help, \\q to quit", session.data_dir()));
     let mut buffer = String::new();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();

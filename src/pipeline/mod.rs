@@ -32,6 +32,8 @@ use datafusion::parquet::errors::ParquetError;
 use flate2::read::MultiGzDecoder;
 use tracing::{info, info_span};
 
+use crate::aws::AwsOptions;
+use crate::aws::s3::S3Url;
 use crate::decode::json::{decode_export_line, decode_item_object};
 use crate::decode::scan::{ScanError, parse_scan_output};
 use crate::decode::{DecodeError, Item, RejectReason, Value};
@@ -40,6 +42,7 @@ use crate::mapping::infer::{EntityShape, Widening};
 use crate::normalize::naming::{self, REJECTS_TABLE, UNTYPED_TABLE};
 use crate::normalize::{BatchBuilder, NormalizeError, RejectsBuilder, rejects_schema};
 use crate::sink::report::{FileReport, InputReport, Reconciliation, ReportOptions, RunReport, TableReport, Timings};
+use crate::sink::s3::PublishError;
 use crate::sink::staging::{Staging, StagingError};
 use crate::source::lines::{Line, LineReader};
 use crate::source::{self, CheckStatus, DataFile, Layout, Location, Plan, SideFileCheck, SourceError};
@@ -59,6 +62,11 @@ pub struct UnwindOptions {
     pub row_group_rows: usize,
     pub row_group_bytes: usize,
     pub target_file_bytes: u64,
+    /// Where to publish the finished output when `--out` is an `s3://` URL; `out` is then a
+    /// local scratch folder.
+    pub publish_to: Option<S3Url>,
+    /// Region, profile, endpoint for `s3://` and `dynamodb://`.
+    pub aws: AwsOptions,
 }
 
 impl UnwindOptions {
@@ -75,6 +83,58 @@ impl UnwindOptions {
             row_group_rows: DEFAULT_ROW_GROUP_ROWS,
             row_group_bytes: DEFAULT_ROW_GROUP_BYTES,
             target_file_bytes: DEFAULT_TARGET_FILE_BYTES,
+            publish_to: None,
+            aws: AwsOptions::default(),
+        }
+    }
+
+    /// Sets the output target: a local folder, or `s3://bucket/prefix` (staged in a scratch
+    /// folder under the system temp dir, removed when the run ends).
+    pub fn set_out(&mut self, out: &str) -> Result<(), SourceError> {
+        match S3Url::parse(out) {
+            None => {
+                self.out = PathBuf::from(out);
+                self.publish_to = None;
+            }
+            Some(Err(message)) => return Err(SourceError::BadUrl { url: out.to_owned(), message }),
+            Some(Ok(url)) => {
+                self.out = scratch_out_dir();
+                self.publish_to = Some(url);
+            }
+        }
+        Ok(())
+    }
+}
+
+const SCRATCH_PREFIX: &str = "etl-s3-out-";
+
+/// A fresh scratch folder for output bound for S3; removes those of dead processes.
+fn scratch_out_dir() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    if let Ok(entries) = std::fs::read_dir(&tmp) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid =
+                name.strip_prefix(SCRATCH_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && pid != std::process::id()
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    tmp.join(format!("{SCRATCH_PREFIX}{}-{nanos}", std::process::id())).join("out")
+}
+
+/// Removes the scratch folder of an S3-bound run when the run ends, however it ends.
+struct ScratchGuard(Option<PathBuf>);
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take().and_then(|out| out.parent().map(Path::to_owned)) {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -112,6 +172,8 @@ pub struct UnwindSummary {
     pub schemas: Vec<TableSchema>,
     /// Set when the output was committed but broke `--max-rejects`.
     pub too_many_rejects: Option<(u64, u64)>,
+    /// The S3 run, when the output went to S3.
+    pub published: Option<crate::sink::s3::Published>,
 }
 
 /// Why a run failed. Nothing was published when this is returned.
@@ -121,6 +183,8 @@ pub enum UnwindError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Staging(#[from] StagingError),
+    #[error(transparent)]
+    Publish(#[from] PublishError),
     #[error("`{file}`: {source}")]
     Scan { file: String, source: ScanError },
     #[error("`{file}` line {line}: scan output is not valid UTF-8")]
@@ -142,6 +206,7 @@ impl UnwindError {
         match self {
             UnwindError::Source(e) => e.hint(),
             UnwindError::Staging(e) => e.hint().map(str::to_owned),
+            UnwindError::Publish(e) => e.hint(),
             UnwindError::Scan { source, .. } => source.hint().map(str::to_owned),
             UnwindError::Strict { .. } => {
                 Some("run without `--strict` to write rejects to the `_rejects` table and keep going".into())
@@ -167,7 +232,8 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Erro
 pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let plan = source::resolve(&opts.sources)?;
+    let _scratch = ScratchGuard(opts.publish_to.as_ref().map(|_| opts.out.clone()));
+    let plan = source::resolve(&opts.sources, &opts.aws)?;
     let mut warnings = Vec::new();
     check_exports(&plan, opts.strict, &mut warnings)?;
     progress.total_bytes.store(plan.total_bytes(), Ordering::Relaxed);
@@ -288,9 +354,17 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
     crate::sink::report::write_reports(staging.path(), &report, &written.schemas)
         .map_err(io_err("write the run report in", staging.path()))?;
     staging.commit()?;
+    let published = match &opts.publish_to {
+        Some(url) => {
+            let p = crate::sink::s3::publish(&opts.out, url, &opts.aws, opts.overwrite)?;
+            tracing::info!(run_id = %p.run_id, files = p.files, bytes = p.bytes, deleted = p.deleted, "published to S3");
+            Some(p)
+        }
+        None => None,
+    };
     progress.phase.store(PHASE_DONE, Ordering::Relaxed);
     let too_many_rejects = opts.max_rejects.filter(|&max| rejects > max).map(|max| (rejects, max));
-    Ok(UnwindSummary { report, schemas: written.schemas, too_many_rejects })
+    Ok(UnwindSummary { report, schemas: written.schemas, too_many_rejects, published })
 }
 
 /// Verifies what manifests say about themselves before any data is read.
@@ -648,10 +722,11 @@ fn read_export_file(
     progress: &Progress,
     abort: &AtomicBool,
 ) -> Result<Option<String>, UnwindError> {
-    let Location::Path(path) = &f.location else {
+    if f.location == Location::Stdin {
         return Err(UnwindError::Internal { message: "export lines from stdin".into() });
-    };
-    let file = File::open(path).map_err(io_err("open", path))?;
+    }
+    let path = Path::new(&f.display);
+    let file = source::open(f).map_err(io_err("open", path))?;
     let hashing = source::lines::HashingReader::new(file, progress.bytes.clone());
     let cap = router.opts.max_line_bytes;
     let hashing = if f.gzip {
@@ -761,14 +836,7 @@ fn read_lines<R: BufRead>(
 
 fn read_scan_file(f: &DataFile, router: &mut Router<'_>, progress: &Progress) -> Result<Option<String>, UnwindError> {
     let mut bytes = Vec::new();
-    match &f.location {
-        Location::Path(p) => {
-            File::open(p).and_then(|mut file| file.read_to_end(&mut bytes)).map_err(io_err("read", p))?;
-        }
-        Location::Stdin => {
-            std::io::stdin().lock().read_to_end(&mut bytes).map_err(io_err("read", Path::new("<stdin>")))?;
-        }
-    }
+    source::open(f).and_then(|mut r| r.read_to_end(&mut bytes)).map_err(io_err("read", Path::new(&f.display)))?;
     progress.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
     let md5 = source::md5_base64(&bytes);
     let text = match std::str::from_utf8(&bytes) {

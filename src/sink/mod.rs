@@ -6,6 +6,7 @@
 //! the previous complete output or the new one, never a mix.
 
 pub mod report;
+pub mod s3;
 pub mod staging;
 
 use datafusion::parquet::basic::{Compression, ZstdLevel};

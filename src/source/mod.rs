@@ -7,6 +7,7 @@
 //! files is the pipeline's job, through [`lines`]. It knows nothing of Arrow or mappings.
 
 pub mod lines;
+pub mod object;
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -20,6 +21,16 @@ use serde::{Deserialize, Serialize};
 pub enum Location {
     Path(PathBuf),
     Stdin,
+    Object(object::ObjectRef),
+}
+
+/// Opens a data file for streaming (stdin is read by the scan reader itself).
+pub fn open(f: &DataFile) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+    match &f.location {
+        Location::Path(p) => Ok(Box::new(std::fs::File::open(p)?)),
+        Location::Stdin => Ok(Box::new(std::io::stdin())),
+        Location::Object(o) => Ok(Box::new(object::ObjectReader::open(o, &f.display))),
+    }
 }
 
 /// How a data file's content is laid out.
@@ -120,6 +131,10 @@ pub enum SourceError {
     IonData { path: String },
     #[error("`{path}` does not look like DynamoDB data: {why}")]
     UnknownContent { path: String, why: String },
+    #[error("`{url}` is not a valid S3 URL: {message}")]
+    BadUrl { url: String, message: String },
+    #[error("cannot read `{url}`: {message}")]
+    Object { url: String, message: String },
 }
 
 impl SourceError {
@@ -139,11 +154,33 @@ impl SourceError {
             SourceError::NoDataFiles { .. } => {
                 Some("point at an export folder (holding `AWSDynamoDB/`), a `manifest-summary.json`, or `.json.gz` / `.json` data files".into())
             }
+            SourceError::BadUrl { .. } => Some("write S3 sources as `s3://bucket/prefix`".into()),
+            SourceError::Object { message, .. } => Some(object_hint(message)),
             SourceError::UnknownContent { .. } => Some(
                 "etl reads DynamoDB export data files (`{\"Item\":…}` lines) and `aws dynamodb scan --output json` output".into(),
             ),
             _ => None,
         }
+    }
+}
+
+/// A hint for an S3 failure, from what the service said.
+pub fn object_hint(message: &str) -> String {
+    if message.contains("NoSuchBucket") || message.contains("bucket does not exist") {
+        "the bucket does not exist: check the bucket name and `--region`".into()
+    } else if message.contains("AccessDenied") || message.contains("Forbidden") || message.contains("403") {
+        "access denied: check the credentials etl uses (`AWS_PROFILE`, `aws sts get-caller-identity`) and the bucket policy".into()
+    } else if message.contains("InvalidAccessKeyId")
+        || message.contains("SignatureDoesNotMatch")
+        || message.contains("credentials")
+    {
+        "check your AWS credentials (`AWS_PROFILE`, `aws sso login`, or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`)"
+            .into()
+    } else if message.contains("error sending request") || message.contains("connect") || message.contains("timed out")
+    {
+        "the endpoint did not answer: check `--endpoint-url`/`AWS_ENDPOINT_URL`, `--region` and your network".into()
+    } else {
+        "check the URL, `--region` and `--endpoint-url`".into()
     }
 }
 
@@ -185,7 +222,7 @@ pub fn md5_base64(bytes: &[u8]) -> String {
 }
 
 /// Resolves every named source, in order, into one plan.
-pub fn resolve(sources: &[String]) -> Result<Plan, SourceError> {
+pub fn resolve(sources: &[String], aws: &crate::aws::AwsOptions) -> Result<Plan, SourceError> {
     let mut plan = Plan::default();
     for source in sources {
         if source == "-" {
@@ -199,6 +236,10 @@ pub fn resolve(sources: &[String]) -> Result<Plan, SourceError> {
             });
             continue;
         }
+        if source.starts_with("s3://") {
+            object::resolve_s3(source, aws, &mut plan)?;
+            continue;
+        }
         resolve_path(Path::new(source), &mut plan)?;
     }
     Ok(plan)
@@ -208,14 +249,14 @@ fn resolve_path(path: &Path, plan: &mut Plan) -> Result<(), SourceError> {
     let meta = std::fs::metadata(path).map_err(io_err(path))?;
     if meta.is_file() {
         if path.file_name().is_some_and(|n| n == "manifest-summary.json") {
-            return resolve_export(path, plan);
+            return resolve_export(&LocalTree, &path.to_owned(), plan);
         }
         plan.files.push(data_file(path, path.display().to_string())?);
         return Ok(());
     }
     let summary = path.join("manifest-summary.json");
     if summary.is_file() {
-        return resolve_export(&summary, plan);
+        return resolve_export(&LocalTree, &summary, plan);
     }
     let aws = path.join("AWSDynamoDB");
     if aws.is_dir() {
@@ -230,7 +271,7 @@ fn resolve_path(path: &Path, plan: &mut Plan) -> Result<(), SourceError> {
         summaries.sort();
         match summaries.len() {
             0 => {} // e.g. moto's export: data files without manifests; fall through to a listing.
-            1 => return resolve_export(&summaries[0], plan),
+            1 => return resolve_export(&LocalTree, &summaries[0], plan),
             n => {
                 let list = summaries
                     .iter()
@@ -298,12 +339,12 @@ fn sniff_layout(path: &Path, display: &str) -> Result<Layout, SourceError> {
     })
 }
 
-enum Sniff {
+pub(crate) enum Sniff {
     Incremental,
     Unknown(String),
 }
 
-fn sniff_bytes(head: &[u8]) -> Result<Layout, Sniff> {
+pub(crate) fn sniff_bytes(head: &[u8]) -> Result<Layout, Sniff> {
     let text = String::from_utf8_lossy(head);
     let t = text.trim_start_matches(|c: char| c.is_ascii_whitespace() || c == '\u{feff}');
     if t.is_empty() {
@@ -326,15 +367,62 @@ fn sniff_bytes(head: &[u8]) -> Result<Layout, Sniff> {
     }
 }
 
+/// What export resolution needs of where an export lives: a local folder or an S3 prefix.
+pub(crate) trait Tree {
+    /// A location in the tree (a local path, an S3 key).
+    type P: Clone;
+    /// `base` joined with a relative `/`-separated path.
+    fn join(&self, base: &Self::P, rel: &str) -> Self::P;
+    fn parent(&self, p: &Self::P) -> Self::P;
+    fn file_name(&self, p: &Self::P) -> String;
+    fn read(&self, p: &Self::P) -> Result<Vec<u8>, SourceError>;
+    /// The size of a data file, `None` when it does not exist.
+    fn data_size(&self, p: &Self::P) -> Result<Option<u64>, SourceError>;
+    fn display(&self, p: &Self::P) -> String;
+    fn location(&self, p: &Self::P) -> Location;
+}
+
+/// Local folders, read with `std::fs`.
+struct LocalTree;
+
+impl Tree for LocalTree {
+    type P = PathBuf;
+    fn join(&self, base: &PathBuf, rel: &str) -> PathBuf {
+        base.join(rel)
+    }
+    fn parent(&self, p: &PathBuf) -> PathBuf {
+        p.parent().unwrap_or(Path::new(".")).to_owned()
+    }
+    fn file_name(&self, p: &PathBuf) -> String {
+        p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+    fn read(&self, p: &PathBuf) -> Result<Vec<u8>, SourceError> {
+        std::fs::read(p).map_err(io_err(p))
+    }
+    fn data_size(&self, p: &PathBuf) -> Result<Option<u64>, SourceError> {
+        Ok(match std::fs::metadata(p) {
+            Ok(m) if m.is_file() => Some(m.len()),
+            _ => None,
+        })
+    }
+    fn display(&self, p: &PathBuf) -> String {
+        p.display().to_string()
+    }
+    fn location(&self, p: &PathBuf) -> Location {
+        Location::Path(p.clone())
+    }
+}
+
 /// Checks `<manifest>.md5` or `<manifest>.checksum` against the manifest's bytes.
-fn check_side_file(manifest: &Path, bytes: &[u8]) -> SideFileCheck {
-    let stem = manifest.with_extension("");
+fn check_side_file<T: Tree>(tree: &T, manifest: &T::P, bytes: &[u8]) -> SideFileCheck {
+    let name = tree.file_name(manifest);
+    let stem = name.strip_suffix(".json").unwrap_or(&name);
+    let dir = tree.parent(manifest);
     for ext in ["md5", "checksum"] {
-        let side = stem.with_extension(ext);
-        if let Ok(expected) = std::fs::read_to_string(&side) {
-            let expected = expected.trim().to_owned();
+        let file = format!("{stem}.{ext}");
+        if let Ok(expected) = tree.read(&tree.join(&dir, &file)) {
+            let expected = String::from_utf8_lossy(&expected).trim().to_owned();
             let actual = md5_base64(bytes);
-            let file = side.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             return if expected == actual {
                 SideFileCheck::Verified { file }
             } else {
@@ -345,9 +433,13 @@ fn check_side_file(manifest: &Path, bytes: &[u8]) -> SideFileCheck {
     SideFileCheck::Absent
 }
 
-/// Maps an S3 key from a manifest to a local path under `root` (the folder holding
-/// `AWSDynamoDB/`), refusing keys that would leave it.
-fn local_key_path(root: &Path, key: &str, prefix: Option<&str>, manifest: &str) -> Result<PathBuf, SourceError> {
+/// Maps an S3 key from a manifest to a path relative to the export's root (the folder or prefix
+/// holding `AWSDynamoDB/`), refusing keys that would leave it.
+pub(crate) fn root_relative_key<'k>(
+    key: &'k str,
+    prefix: Option<&str>,
+    manifest: &str,
+) -> Result<&'k str, SourceError> {
     let escape = || SourceError::KeyEscapesRoot { manifest: manifest.to_owned(), key: key.to_owned() };
     let mut rel = key;
     if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
@@ -363,21 +455,22 @@ fn local_key_path(root: &Path, key: &str, prefix: Option<&str>, manifest: &str) 
             None => return Err(escape()),
         }
     }
-    let rel_path = Path::new(rel);
-    if rel_path.components().any(|c| !matches!(c, Component::Normal(_))) {
+    if Path::new(rel).components().any(|c| !matches!(c, Component::Normal(_))) || rel.contains("//") {
         return Err(escape());
     }
-    Ok(root.join(rel_path))
+    Ok(rel)
 }
 
-fn resolve_export(summary_path: &Path, plan: &mut Plan) -> Result<(), SourceError> {
-    let export_dir = summary_path.parent().unwrap_or(Path::new(".")).to_owned();
-    let export_name = export_dir.display().to_string();
+/// Resolves a full export from its `manifest-summary.json` in `tree`.
+pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut Plan) -> Result<(), SourceError> {
+    let export_dir = tree.parent(summary_path);
+    let export_name = tree.display(&export_dir);
     // The folder that holds `AWSDynamoDB/`.
-    let root = export_dir.parent().and_then(Path::parent).unwrap_or(Path::new(".")).to_owned();
-    let summary_bytes = std::fs::read(summary_path).map_err(io_err(summary_path))?;
+    let root = tree.parent(&tree.parent(&export_dir));
+    let summary_bytes = tree.read(summary_path)?;
+    let summary_display = tree.display(summary_path);
     let summary: ManifestSummary = serde_json::from_slice(&summary_bytes)
-        .map_err(|e| SourceError::BadManifest { path: summary_path.display().to_string(), message: e.to_string() })?;
+        .map_err(|e| SourceError::BadManifest { path: summary_display.clone(), message: e.to_string() })?;
     if summary.export_type.as_deref() == Some("INCREMENTAL_EXPORT") {
         return Err(SourceError::IncrementalNotSupported { export: export_name });
     }
@@ -385,18 +478,18 @@ fn resolve_export(summary_path: &Path, plan: &mut Plan) -> Result<(), SourceErro
     if output_format == "ION" {
         return Err(SourceError::IonNotSupported { export: export_name });
     }
-    let summary_checksum = check_side_file(summary_path, &summary_bytes);
-    let manifest_display = summary_path.display().to_string();
+    let summary_checksum = check_side_file(tree, summary_path, &summary_bytes);
+    let default_files = tree.join(&export_dir, "manifest-files.json");
     let files_path = match &summary.manifest_files_s3_key {
         Some(key) => {
-            let p = local_key_path(&root, key, summary.s3_prefix.as_deref(), &manifest_display)?;
-            if p.is_file() { p } else { export_dir.join("manifest-files.json") }
+            let p = tree.join(&root, root_relative_key(key, summary.s3_prefix.as_deref(), &summary_display)?);
+            if tree.data_size(&p)?.is_some() { p } else { default_files }
         }
-        None => export_dir.join("manifest-files.json"),
+        None => default_files,
     };
-    let files_bytes = std::fs::read(&files_path).map_err(io_err(&files_path))?;
-    let files_checksum = check_side_file(&files_path, &files_bytes);
-    let files_display = files_path.display().to_string();
+    let files_bytes = tree.read(&files_path)?;
+    let files_checksum = check_side_file(tree, &files_path, &files_bytes);
+    let files_display = tree.display(&files_path);
     let text = std::str::from_utf8(&files_bytes)
         .map_err(|e| SourceError::BadManifest { path: files_display.clone(), message: e.to_string() })?;
     let mut total = 0u64;
@@ -410,26 +503,21 @@ fn resolve_export(summary_path: &Path, plan: &mut Plan) -> Result<(), SourceErro
             line: i + 1,
             message: e.to_string(),
         })?;
-        let path = local_key_path(&root, &entry.data_file_s3_key, summary.s3_prefix.as_deref(), &files_display)?;
-        let size = match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => m.len(),
-            _ => {
-                return Err(SourceError::MissingDataFile {
-                    manifest: files_display.clone(),
-                    line: i + 1,
-                    path: path.display().to_string(),
-                });
-            }
+        let rel = root_relative_key(&entry.data_file_s3_key, summary.s3_prefix.as_deref(), &files_display)?;
+        let path = tree.join(&root, rel);
+        let display = tree.display(&path);
+        let Some(size) = tree.data_size(&path)? else {
+            return Err(SourceError::MissingDataFile { manifest: files_display.clone(), line: i + 1, path: display });
         };
-        if path.to_string_lossy().ends_with(".ion.gz") {
+        if display.ends_with(".ion.gz") {
             return Err(SourceError::IonNotSupported { export: export_name });
         }
         total += entry.item_count;
         count += 1;
         plan.files.push(DataFile {
-            display: path.display().to_string(),
-            gzip: path.extension().is_some_and(|e| e == "gz"),
-            location: Location::Path(path),
+            gzip: display.ends_with(".gz"),
+            display,
+            location: tree.location(&path),
             layout: Layout::ExportLines,
             size,
             expected: Some(Expected { item_count: entry.item_count, md5_base64: entry.md5_checksum }),
@@ -483,14 +571,13 @@ mod tests {
 
     #[test]
     fn keys_are_confined_to_the_root() {
-        let root = Path::new("/r");
-        let ok = local_key_path(root, "nightly/AWSDynamoDB/1-a/data/x.json.gz", Some("nightly"), "m").unwrap();
-        assert_eq!(ok, Path::new("/r/AWSDynamoDB/1-a/data/x.json.gz"));
-        assert!(local_key_path(root, "AWSDynamoDB/1-a/data/x.json.gz", None, "m").is_ok());
+        let ok = root_relative_key("nightly/AWSDynamoDB/1-a/data/x.json.gz", Some("nightly"), "m").unwrap();
+        assert_eq!(ok, "AWSDynamoDB/1-a/data/x.json.gz");
+        assert!(root_relative_key("AWSDynamoDB/1-a/data/x.json.gz", None, "m").is_ok());
         for bad in
             ["AWSDynamoDB/../../etc/passwd", "/etc/passwd", "AWSDynamoDB/1-a/../../../x", "elsewhere/file.json.gz"]
         {
-            assert!(matches!(local_key_path(root, bad, None, "m"), Err(SourceError::KeyEscapesRoot { .. })), "{bad}");
+            assert!(matches!(root_relative_key(bad, None, "m"), Err(SourceError::KeyEscapesRoot { .. })), "{bad}");
         }
     }
 

@@ -7,7 +7,7 @@
 pub mod format;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +27,8 @@ use serde::Deserialize;
 pub enum SqlError {
     #[error("`{path}` is not a committed etl output (no readable `_etl/run.json`): {reason}")]
     NotAnOutput { path: String, reason: String },
-    #[error("`{url}`: reading outputs from object stores is not supported yet")]
-    RemoteNotSupported { url: String },
+    #[error("`{url}`: {message}")]
+    Remote { url: String, message: String },
     #[error("{kind} is not allowed: `etl sql` is read-only by default")]
     Forbidden { kind: String },
     #[error("query failed: {0}")]
@@ -48,7 +48,10 @@ pub enum SqlError {
 impl SqlError {
     pub fn hint(&self) -> Option<String> {
         match self {
-            SqlError::NotAnOutput { .. } => Some("point `--data` at a folder written by `etl unwind --out`".into()),
+            SqlError::NotAnOutput { .. } => {
+                Some("point `--data` at a folder or `s3://` prefix written by `etl unwind --out`".into())
+            }
+            SqlError::Remote { message, .. } => Some(crate::source::object_hint(message)),
             SqlError::Forbidden { .. } => {
                 Some("pass `--allow-write` to allow statements that change files, tables or settings".into())
             }
@@ -94,7 +97,8 @@ struct RunFile {
 pub struct TableInfo {
     pub name: String,
     pub rows: u64,
-    pub files: Vec<PathBuf>,
+    /// The table's files as URLs.
+    pub files: Vec<String>,
     pub schema: SchemaRef,
 }
 
@@ -102,7 +106,7 @@ pub struct TableInfo {
 pub struct Session {
     ctx: SessionContext,
     tables: Vec<TableInfo>,
-    data_dir: PathBuf,
+    data_dir: String,
     opts: SqlOptions,
     params: Option<ParamValues>,
 }
@@ -142,16 +146,9 @@ fn parse_params(params: &[String]) -> Result<Option<ParamValues>, SqlError> {
 }
 
 impl Session {
-    /// Opens the output at `opts.data`, registering every committed table.
-    pub async fn open(opts: SqlOptions) -> Result<Session, SqlError> {
-        if opts.data.contains("://") {
-            return Err(SqlError::RemoteNotSupported { url: opts.data.clone() });
-        }
-        let data_dir = PathBuf::from(&opts.data);
-        let run_path = data_dir.join("_etl/run.json");
-        let not_output = |reason: String| SqlError::NotAnOutput { path: data_dir.display().to_string(), reason };
-        let text = std::fs::read_to_string(&run_path).map_err(|e| not_output(e.to_string()))?;
-        let run: RunJson = serde_json::from_str(&text).map_err(|e| not_output(e.to_string()))?;
+    /// Opens the output at `opts.data` (a folder or `s3://bucket/prefix`), registering every
+    /// table its `_etl/run.json` lists, with exactly the files it lists.
+    pub async fn open(opts: SqlOptions, aws: &crate::aws::AwsOptions) -> Result<Session, SqlError> {
         let mut runtime = RuntimeEnvBuilder::new();
         if let Some(limit) = opts.memory_limit {
             runtime = runtime.with_memory_limit(limit, 1.0);
@@ -161,53 +158,38 @@ impl Session {
             .with_information_schema(true)
             .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
         let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let data = Data::open(&opts.data, aws, &ctx).await?;
+        let not_output = |reason: String| SqlError::NotAnOutput { path: opts.data.clone(), reason };
+        let text = data.read_run_json().await.map_err(not_output)?;
+        let run: RunJson = serde_json::from_str(&text).map_err(|e| not_output(e.to_string()))?;
         let mut tables = Vec::new();
         for t in run.tables {
-            let files: Vec<PathBuf> = t.files.iter().map(|f| data_dir.join(&f.path)).collect();
-            let urls = files
-                .iter()
-                .map(|f| {
-                    let abs = std::fs::canonicalize(f).map_err(|source| SqlError::Io {
-                        action: "open",
-                        path: f.display().to_string(),
-                        source,
-                    })?;
-                    Ok(ListingTableUrl::parse(abs.to_string_lossy())?)
-                })
-                .collect::<Result<Vec<_>, SqlError>>()?;
+            let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
             let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-            let config = ListingTableConfig::new_with_multi_paths(urls)
+            let config = ListingTableConfig::new_with_multi_paths(urls.clone())
                 .with_listing_options(options)
                 .infer_schema(&ctx.state())
                 .await?;
             let table = ListingTable::try_new(config)?;
             // The schema as written (with etl's field metadata), for `\d`.
-            let schema = match files.first() {
-                Some(f) => {
-                    let file = std::fs::File::open(f).map_err(|source| SqlError::Io {
-                        action: "open",
-                        path: f.display().to_string(),
-                        source,
-                    })?;
-                    datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-                        .map_err(|e| SqlError::DataFusion(e.into()))?
-                        .schema()
-                        .clone()
-                }
+            let schema = match t.files.first() {
+                Some(f) => data.written_schema(&f.path).await?,
                 None => datafusion::datasource::TableProvider::schema(&table),
             };
             ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), Arc::new(table))?;
+            let files = urls.iter().map(|u| u.to_string()).collect();
             tables.push(TableInfo { name: t.name, rows: t.rows, files, schema });
         }
         let params = parse_params(&opts.params)?;
-        Ok(Session { ctx, tables, data_dir, opts, params })
+        Ok(Session { ctx, tables, data_dir: opts.data.clone(), opts, params })
     }
 
     pub fn tables(&self) -> &[TableInfo] {
         &self.tables
     }
 
-    pub fn data_dir(&self) -> &Path {
+    /// The output's folder or URL, as given.
+    pub fn data_dir(&self) -> &str {
         &self.data_dir
     }
 
@@ -311,6 +293,88 @@ impl Session {
 }
 
 /// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.
+/// Where an output lives: a local folder or an S3 prefix registered with the session.
+enum Data {
+    Local(PathBuf),
+    S3 { url: crate::aws::s3::S3Url, store: Arc<dyn object_store::ObjectStore> },
+}
+
+impl Data {
+    async fn open(data: &str, aws: &crate::aws::AwsOptions, ctx: &SessionContext) -> Result<Data, SqlError> {
+        let Some(parsed) = crate::aws::s3::S3Url::parse(data) else {
+            if data.contains("://") {
+                return Err(SqlError::Remote {
+                    url: data.to_owned(),
+                    message: "only `s3://` URLs are supported".into(),
+                });
+            }
+            return Ok(Data::Local(PathBuf::from(data)));
+        };
+        let url = parsed.map_err(|message| SqlError::Remote { url: data.to_owned(), message })?;
+        let store: Arc<dyn object_store::ObjectStore> = crate::aws::s3::store(&url.bucket, aws)
+            .await
+            .map_err(|message| SqlError::Remote { url: data.to_owned(), message })?;
+        let base = url::Url::parse(&format!("s3://{}", url.bucket))
+            .map_err(|e| SqlError::Remote { url: data.to_owned(), message: e.to_string() })?;
+        ctx.register_object_store(&base, store.clone());
+        Ok(Data::S3 { url, store })
+    }
+
+    async fn read_run_json(&self) -> Result<String, String> {
+        match self {
+            Data::Local(dir) => std::fs::read_to_string(dir.join("_etl/run.json")).map_err(|e| e.to_string()),
+            Data::S3 { url, store } => {
+                use object_store::ObjectStoreExt as _;
+                let key = object_store::path::Path::from(format!("{}_etl/run.json", url.dir_prefix()));
+                let get = async { store.get(&key).await?.bytes().await };
+                let bytes = get.await.map_err(|e| crate::source::object::error_text(&e))?;
+                String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    fn file_url(&self, rel: &str) -> Result<ListingTableUrl, SqlError> {
+        match self {
+            Data::Local(dir) => {
+                let f = dir.join(rel);
+                let abs = std::fs::canonicalize(&f).map_err(|source| SqlError::Io {
+                    action: "open",
+                    path: f.display().to_string(),
+                    source,
+                })?;
+                Ok(ListingTableUrl::parse(abs.to_string_lossy())?)
+            }
+            Data::S3 { url, .. } => Ok(ListingTableUrl::parse(url.url_of(&format!("{}{rel}", url.dir_prefix())))?),
+        }
+    }
+
+    /// The Arrow schema stored in a file's footer, with etl's field metadata.
+    // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it
+    // still works and reads only the footer, which is all this needs.
+    #[allow(deprecated)]
+    async fn written_schema(&self, rel: &str) -> Result<SchemaRef, SqlError> {
+        use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+        let parquet = |e: datafusion::parquet::errors::ParquetError| SqlError::DataFusion(e.into());
+        match self {
+            Data::Local(dir) => {
+                let f = dir.join(rel);
+                let file = std::fs::File::open(&f).map_err(|source| SqlError::Io {
+                    action: "open",
+                    path: f.display().to_string(),
+                    source,
+                })?;
+                Ok(ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?.schema().clone())
+            }
+            Data::S3 { url, store } => {
+                let key = object_store::path::Path::from(format!("{}{rel}", url.dir_prefix()));
+                let reader = ParquetObjectReader::new(store.clone(), key);
+                Ok(ParquetRecordBatchStreamBuilder::new(reader).await.map_err(parquet)?.schema().clone())
+            }
+        }
+    }
+}
+
 fn short_type(dt: &datafusion::arrow::datatypes::DataType) -> String {
     use datafusion::arrow::datatypes::DataType as D;
     match dt {

@@ -123,10 +123,10 @@ fn run_library_query(session: &etl::sql::Session, rt: &tokio::runtime::Runtime, 
 fn sql_library_matches_slt_files() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let session = rt
-        .block_on(etl::sql::Session::open(etl::sql::SqlOptions {
-            data: sample_out().to_string_lossy().into_owned(),
-            ..Default::default()
-        }))
+        .block_on(etl::sql::Session::open(
+            etl::sql::SqlOptions { data: sample_out().to_string_lossy().into_owned(), ..Default::default() },
+            &Default::default(),
+        ))
         .unwrap();
     let complete = std::env::var_os("ETL_SLT_COMPLETE").is_some();
     let files = library();

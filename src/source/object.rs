@@ -1,0 +1,368 @@
+//! Inputs in S3 (`s3://bucket/prefix`), read through `object_store`.
+//!
+//! Accepts the same forms as local paths: a prefix holding `AWSDynamoDB/`, an
+//! `AWSDynamoDB/<ExportId>/` prefix, a `manifest-summary.json` key, a prefix of bare data files,
+//! or one data file's key. Manifests are followed exactly as for local folders (the shared
+//! [`super::resolve_export`]); the export's data prefix is listed once for object sizes, and only
+//! keys the manifest names are read. Data files are streamed by [`ObjectReader`]: a task on the
+//! I/O runtime fetches the object and hands chunks to the decoder thread through a bounded
+//! channel, resuming from the last byte received (pinned to the object's ETag) when a stream
+//! breaks mid-way.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use object_store::path::Path as ObjPath;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt as _};
+
+use super::{DataFile, Layout, Location, Plan, SourceError, Tree, resolve_export, sniff_bytes};
+use crate::aws::AwsOptions;
+use crate::aws::s3::{self, S3Url, io_runtime};
+
+/// A data file in an object store.
+#[derive(Clone)]
+pub struct ObjectRef {
+    pub store: Arc<dyn ObjectStore>,
+    pub key: ObjPath,
+}
+
+impl std::fmt::Debug for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ObjectRef({}/{})", self.store, self.key)
+    }
+}
+
+impl PartialEq for ObjectRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.store, &other.store) && self.key == other.key
+    }
+}
+impl Eq for ObjectRef {}
+
+/// A clear message for an object store error, with what is known about the cause.
+pub fn describe_error(url: &str, e: &object_store::Error) -> SourceError {
+    match e {
+        object_store::Error::NotFound { .. } => SourceError::NotFound { path: url.to_owned() },
+        other => SourceError::Object { url: url.to_owned(), message: error_text(other) },
+    }
+}
+
+/// The error's text with its sources (object_store nests the HTTP cause), with an S3 XML error
+/// body shortened to its code and message.
+pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        src = s.source();
+    }
+    shorten_xml(&text)
+}
+
+fn shorten_xml(text: &str) -> String {
+    let Some(start) = text.find("<?xml").or_else(|| text.find("<Error>")) else { return text.to_owned() };
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let from = text[start..].find(&open)? + start + open.len();
+        let to = text[from..].find('<')? + from;
+        Some(text[from..to].to_owned())
+    };
+    let mut out = text[..start].trim_end().to_owned();
+    match (tag("Code"), tag("Message")) {
+        (Some(code), Some(message)) => out.push_str(&format!(" {code}: {message}")),
+        (Some(code), None) => out.push_str(&format!(" {code}")),
+        _ => {}
+    }
+    out
+}
+
+struct S3Tree {
+    store: Arc<dyn ObjectStore>,
+    url: S3Url,
+    /// Sizes of objects under listed prefixes.
+    sizes: RefCell<BTreeMap<String, u64>>,
+    listed: RefCell<BTreeSet<String>>,
+}
+
+impl S3Tree {
+    fn block<F: std::future::Future>(&self, f: F) -> F::Output {
+        io_runtime().block_on(f)
+    }
+
+    fn list_all(&self, prefix: &str) -> Result<Vec<object_store::ObjectMeta>, SourceError> {
+        let p = ObjPath::from(prefix);
+        self.block(async {
+            let mut out = Vec::new();
+            let mut stream = self.store.list(Some(&p));
+            while let Some(m) = stream.next().await {
+                out.push(m.map_err(|e| describe_error(&self.url.url_of(prefix), &e))?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn head(&self, key: &str) -> Result<Option<u64>, SourceError> {
+        let p = ObjPath::from(key);
+        match self.block(self.store.head(&p)) {
+            Ok(m) => Ok(Some(m.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(describe_error(&self.url.url_of(key), &e)),
+        }
+    }
+}
+
+impl Tree for S3Tree {
+    type P = String;
+    fn join(&self, base: &String, rel: &str) -> String {
+        if base.is_empty() { rel.to_owned() } else { format!("{}/{rel}", base.trim_end_matches('/')) }
+    }
+    fn parent(&self, p: &String) -> String {
+        p.trim_end_matches('/').rsplit_once('/').map(|(a, _)| a.to_owned()).unwrap_or_default()
+    }
+    fn file_name(&self, p: &String) -> String {
+        p.rsplit('/').next().unwrap_or_default().to_owned()
+    }
+    fn read(&self, p: &String) -> Result<Vec<u8>, SourceError> {
+        let key = ObjPath::from(p.as_str());
+        self.block(async {
+            let r = self.store.get(&key).await?;
+            r.bytes().await
+        })
+        .map(|b| b.to_vec())
+        .map_err(|e| describe_error(&self.url.url_of(p), &e))
+    }
+    fn data_size(&self, p: &String) -> Result<Option<u64>, SourceError> {
+        // List each export's folder once instead of one HEAD request per data file.
+        let dir = self.parent(p);
+        if self.listed.borrow_mut().insert(dir.clone()) {
+            let metas = self.list_all(&format!("{dir}/"))?;
+            let mut sizes = self.sizes.borrow_mut();
+            for m in metas {
+                sizes.insert(m.location.to_string(), m.size);
+            }
+        }
+        Ok(self.sizes.borrow().get(p).copied())
+    }
+    fn display(&self, p: &String) -> String {
+        self.url.url_of(p)
+    }
+    fn location(&self, p: &String) -> Location {
+        Location::Object(ObjectRef { store: self.store.clone(), key: ObjPath::from(p.as_str()) })
+    }
+}
+
+/// Resolves one `s3://` source into `plan`.
+pub fn resolve_s3(source: &str, aws: &AwsOptions, plan: &mut Plan) -> Result<(), SourceError> {
+    let url = match S3Url::parse(source) {
+        Some(Ok(u)) => u,
+        Some(Err(message)) => return Err(SourceError::BadUrl { url: source.to_owned(), message }),
+        None => return Err(SourceError::BadUrl { url: source.to_owned(), message: "not an `s3://` URL".into() }),
+    };
+    let store: Arc<dyn ObjectStore> = io_runtime()
+        .block_on(s3::store(&url.bucket, aws))
+        .map_err(|message| SourceError::Object { url: source.to_owned(), message })?;
+    let tree = S3Tree { store, url: url.clone(), sizes: Default::default(), listed: Default::default() };
+    let key = url.key.clone();
+
+    // One object named exactly: a manifest summary or a data file.
+    if !key.is_empty() && !key.ends_with('/') {
+        if let Some(size) = tree.head(&key)? {
+            if tree.file_name(&key) == "manifest-summary.json" {
+                return resolve_export(&tree, &key, plan);
+            }
+            plan.files.push(object_file(&tree, &key, size)?);
+            return Ok(());
+        }
+    }
+    let dir = url.dir_prefix();
+    let summary = format!("{dir}manifest-summary.json");
+    if tree.head(&summary)?.is_some() {
+        return resolve_export(&tree, &summary, plan);
+    }
+    let objects = tree.list_all(&dir)?;
+    if objects.is_empty() {
+        return Err(SourceError::NotFound { path: source.to_owned() });
+    }
+    let aws_dir = format!("{dir}AWSDynamoDB/");
+    let summaries: Vec<String> = objects
+        .iter()
+        .map(|m| m.location.to_string())
+        .filter(|k| {
+            k.strip_prefix(&aws_dir)
+                .and_then(|r| r.split_once('/'))
+                .is_some_and(|(id, rest)| !id.is_empty() && rest == "manifest-summary.json")
+        })
+        .collect();
+    match summaries.len() {
+        0 => {} // moto's export and bare folders of data files: take the data files listed.
+        1 => return resolve_export(&tree, &summaries[0], plan),
+        n => {
+            let list = summaries
+                .iter()
+                .map(|s| format!("`{}`", tree.file_name(&tree.parent(s))))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(SourceError::SeveralExports { path: source.to_owned(), count: n, list });
+        }
+    }
+    let mut found = Vec::new();
+    for m in &objects {
+        let k = m.location.to_string();
+        let name = tree.file_name(&k);
+        if name.ends_with(".ion.gz") || name.ends_with(".ion") {
+            return Err(SourceError::IonData { path: tree.display(&k) });
+        }
+        if (name.ends_with(".json.gz") || name.ends_with(".gz") || name.ends_with(".json"))
+            && !name.starts_with("manifest-")
+        {
+            found.push((k, m.size));
+        }
+    }
+    if found.is_empty() {
+        return Err(SourceError::NoDataFiles { path: source.to_owned() });
+    }
+    found.sort();
+    for (k, size) in found {
+        plan.files.push(object_file(&tree, &k, size)?);
+    }
+    Ok(())
+}
+
+fn object_file(tree: &S3Tree, key: &str, size: u64) -> Result<DataFile, SourceError> {
+    let key = key.to_owned();
+    let display = tree.display(&key);
+    let name = tree.file_name(&key);
+    if name.ends_with(".ion.gz") || name.ends_with(".ion") {
+        return Err(SourceError::IonData { path: display });
+    }
+    let gzip = name.ends_with(".gz");
+    let layout = if gzip || size == 0 {
+        Layout::ExportLines
+    } else {
+        let p = ObjPath::from(key.as_str());
+        let head = tree.block(tree.store.get_range(&p, 0..size.min(4096))).map_err(|e| describe_error(&display, &e))?;
+        sniff_bytes(&head).map_err(|why| match why {
+            super::Sniff::Incremental => SourceError::IncrementalData { path: display.clone() },
+            super::Sniff::Unknown(why) => SourceError::UnknownContent { path: display.clone(), why },
+        })?
+    };
+    Ok(DataFile { location: tree.location(&key), display, gzip, layout, size, expected: None })
+}
+
+/// How many chunks may wait between the fetching task and the decoder.
+const CHANNEL_CHUNKS: usize = 8;
+/// Times a broken stream is resumed before the read fails.
+const RESUMES: u32 = 3;
+
+/// A blocking reader over one object, fed by a task on the I/O runtime.
+pub struct ObjectReader {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
+    current: Bytes,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ObjectReader {
+    pub fn open(obj: &ObjectRef, display: &str) -> ObjectReader {
+        let (tx, rx) = tokio::sync::mpsc::channel(CHANNEL_CHUNKS);
+        let store = obj.store.clone();
+        let key = obj.key.clone();
+        let display = display.to_owned();
+        let task = io_runtime().spawn(async move {
+            let mut offset = 0u64;
+            let mut etag: Option<String> = None;
+            let mut resumes = 0;
+            loop {
+                let opts = GetOptions {
+                    range: (offset > 0).then_some(GetRange::Offset(offset)),
+                    if_match: etag.clone(),
+                    ..Default::default()
+                };
+                let result = match store.get_opts(&key, opts).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(std::io::Error::other(describe_error(&display, &e).to_string()))).await;
+                        return;
+                    }
+                };
+                if etag.is_none() {
+                    etag = result.meta.e_tag.clone();
+                }
+                let mut stream = result.into_stream();
+                let mut broken = None;
+                while let Some(chunk) = stream.next().await {
+                    match chunk {
+                        Ok(b) => {
+                            offset += b.len() as u64;
+                            if tx.send(Ok(b)).await.is_err() {
+                                return; // the reader is gone
+                            }
+                        }
+                        Err(e) => {
+                            broken = Some(e);
+                            break;
+                        }
+                    }
+                }
+                match broken {
+                    None => return,
+                    Some(e) if resumes >= RESUMES => {
+                        let _ = tx.send(Err(std::io::Error::other(describe_error(&display, &e).to_string()))).await;
+                        return;
+                    }
+                    Some(e) => {
+                        resumes += 1;
+                        let file = display.as_str();
+                        tracing::warn!(file, offset, error = %e, "stream broke; resuming");
+                        tokio::time::sleep(Duration::from_millis(200 << resumes)).await;
+                    }
+                }
+            }
+        });
+        ObjectReader { rx, current: Bytes::new(), task }
+    }
+}
+
+impl Read for ObjectReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(b)) => self.current = b,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_errors_are_shortened() {
+        let t = "GET http://h/b?x - Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>1</RequestId></Error>";
+        assert_eq!(
+            shorten_xml(t),
+            "GET http://h/b?x - Server returned non-2xx status code: 404 Not Found: NoSuchBucket: The specified bucket does not exist"
+        );
+        assert_eq!(shorten_xml("plain"), "plain");
+    }
+}
+
+impl Drop for ObjectReader {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
