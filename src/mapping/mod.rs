@@ -50,6 +50,38 @@ pub enum ColumnType {
     Struct {
         fields: Vec<StructField>,
     },
+    /// Only from a mapping file (`float64`): numbers as doubles, which can round.
+    Float64,
+    /// Only from a mapping file: instants in UTC; values are epoch integers in `unit`.
+    Timestamp {
+        unit: TsUnit,
+    },
+    /// Only from a mapping file: days since 1970-01-01.
+    Date,
+    /// Only from a mapping file (`map<string, T>`): an `M` with free keys.
+    Map {
+        value: Box<ColumnType>,
+    },
+}
+
+/// The unit of a timestamp column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TsUnit {
+    Second,
+    Millisecond,
+    Microsecond,
+}
+
+impl TsUnit {
+    pub fn arrow(self) -> datafusion::arrow::datatypes::TimeUnit {
+        use datafusion::arrow::datatypes::TimeUnit as A;
+        match self {
+            TsUnit::Second => A::Second,
+            TsUnit::Millisecond => A::Millisecond,
+            TsUnit::Microsecond => A::Microsecond,
+        }
+    }
 }
 
 /// Which DynamoDB set a list column came from.
@@ -115,6 +147,20 @@ impl ColumnType {
             ColumnType::Struct { fields } => DataType::Struct(Fields::from(
                 fields.iter().map(|f| f.ty.field(&f.name, Some(seen_label(&f.seen)))).collect::<Vec<_>>(),
             )),
+            ColumnType::Float64 => DataType::Float64,
+            ColumnType::Timestamp { unit } => DataType::Timestamp(unit.arrow(), Some("UTC".into())),
+            ColumnType::Date => DataType::Date32,
+            ColumnType::Map { value } => DataType::Map(
+                Arc::new(Field::new(
+                    "entries",
+                    DataType::Struct(Fields::from(vec![
+                        Field::new("key", DataType::Utf8, false),
+                        value.field("value", None),
+                    ])),
+                    false,
+                )),
+                false,
+            ),
         }
     }
 
@@ -151,6 +197,10 @@ impl ColumnType {
             ColumnType::List { element, set: Some(s) } => format!("set<{}> ({s:?})", element.label()),
             ColumnType::List { element, set: None } => format!("list<{}>", element.label()),
             ColumnType::Struct { fields } => format!("struct<{} fields>", fields.len()),
+            ColumnType::Float64 => "float64".into(),
+            ColumnType::Timestamp { unit } => format!("timestamp({unit:?}, UTC)").to_lowercase(),
+            ColumnType::Date => "date".into(),
+            ColumnType::Map { value } => format!("map<string, {}>", value.label()),
         }
     }
 }

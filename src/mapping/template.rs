@@ -51,7 +51,10 @@ pub enum KeyValue {
     /// Decimal text exactly as written in the key.
     Decimal(String),
     /// Since the Unix epoch, UTC.
-    Timestamp { unit: TimeUnit, value: i64 },
+    Timestamp {
+        unit: TimeUnit,
+        value: i64,
+    },
     /// Days since 1970-01-01.
     Date(i32),
 }

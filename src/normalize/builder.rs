@@ -5,11 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayBuilder, ArrayRef, BinaryBuilder, BooleanBuilder, Decimal128Builder, Int64Builder, ListArray,
-    NullBufferBuilder, RecordBatch, StringBuilder, StructArray,
+    ArrayBuilder, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
+    Int64Builder, ListArray, MapArray, NullBufferBuilder, PrimitiveBuilder, RecordBatch, StringBuilder, StructArray,
 };
 use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{TimestampMicrosecondType, TimestampMillisecondType, TimestampSecondType};
 use datafusion::arrow::error::ArrowError;
 
 use crate::decode::{Item, TypeTag, Value};
@@ -35,8 +36,31 @@ enum Col {
     Bool(BooleanBuilder),
     Json(StringBuilder, String),
     Null(StringBuilder),
-    List { field: FieldRef, offsets: Vec<i32>, nulls: NullBufferBuilder, child: Box<Col> },
-    Struct { fields: Fields, names: Vec<String>, children: Vec<Col>, nulls: NullBufferBuilder },
+    List {
+        field: FieldRef,
+        offsets: Vec<i32>,
+        nulls: NullBufferBuilder,
+        child: Box<Col>,
+    },
+    Struct {
+        fields: Fields,
+        names: Vec<String>,
+        children: Vec<Col>,
+        nulls: NullBufferBuilder,
+    },
+    Float64(Float64Builder),
+    TsSecond(PrimitiveBuilder<TimestampSecondType>),
+    TsMilli(PrimitiveBuilder<TimestampMillisecondType>),
+    TsMicro(PrimitiveBuilder<TimestampMicrosecondType>),
+    Date(Date32Builder),
+    Map {
+        field: FieldRef,
+        entries: Fields,
+        offsets: Vec<i32>,
+        nulls: NullBufferBuilder,
+        keys: StringBuilder,
+        values: Box<Col>,
+    },
 }
 
 /// Where a mismatch happened: `expected` describes the column type.
@@ -78,6 +102,28 @@ impl Col {
                     .collect(),
                 nulls: NullBufferBuilder::new(0),
             },
+            (ColumnType::Float64, _) => Col::Float64(Float64Builder::new()),
+            (ColumnType::Timestamp { unit }, dt) => match unit {
+                crate::mapping::TsUnit::Second => Col::TsSecond(PrimitiveBuilder::new().with_data_type(dt.clone())),
+                crate::mapping::TsUnit::Millisecond => Col::TsMilli(PrimitiveBuilder::new().with_data_type(dt.clone())),
+                crate::mapping::TsUnit::Microsecond => Col::TsMicro(PrimitiveBuilder::new().with_data_type(dt.clone())),
+            },
+            (ColumnType::Date, _) => Col::Date(Date32Builder::new()),
+            (ColumnType::Map { value }, DataType::Map(field, _)) => {
+                let entries = match field.data_type() {
+                    DataType::Struct(f) => f.clone(),
+                    _ => Fields::empty(),
+                };
+                let value_type = entries.get(1).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
+                Col::Map {
+                    field: field.clone(),
+                    entries,
+                    offsets: vec![0],
+                    nulls: NullBufferBuilder::new(0),
+                    keys: StringBuilder::new(),
+                    values: Box::new(Col::new(value, &value_type)),
+                }
+            }
             // The arrow type is derived from the column type, so the pairs above are complete.
             (_, _) => Col::Null(StringBuilder::new()),
         }
@@ -95,6 +141,10 @@ impl Col {
             Col::Null(_) => "only `NULL`",
             Col::List { .. } => "a list or set",
             Col::Struct { .. } => "a map (`M`)",
+            Col::Float64(_) => "a number (`N`)",
+            Col::TsSecond(_) | Col::TsMilli(_) | Col::TsMicro(_) => "an epoch number in the column's unit",
+            Col::Date(_) => "a number of days since 1970-01-01",
+            Col::Map { .. } => "a map (`M`)",
         }
     }
 
@@ -209,6 +259,39 @@ impl Col {
                 }
                 Some(v) => return Err(Mismatch { expected: "a map (`M`)".into(), found: v.tag() }),
             },
+            Col::Float64(b) => match v {
+                None => b.append_null(),
+                Some(Value::N(n)) => match n.as_str().parse::<f64>() {
+                    Ok(f) if f.is_finite() => b.append_value(f),
+                    _ => return Err(Mismatch { expected: "a number within float64".into(), found: TypeTag::N }),
+                },
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::TsSecond(b) => append_i64(b, v, self_expected_ts())?,
+            Col::TsMilli(b) => append_i64(b, v, self_expected_ts())?,
+            Col::TsMicro(b) => append_i64(b, v, self_expected_ts())?,
+            Col::Date(b) => match v {
+                None => b.append_null(),
+                Some(Value::N(n)) => match n.to_i64().and_then(|d| i32::try_from(d).ok()) {
+                    Some(d) => b.append_value(d),
+                    None => return Err(Mismatch { expected: "a day number within date32".into(), found: TypeTag::N }),
+                },
+                Some(v) => return Err(mismatch(self, v)),
+            },
+            Col::Map { offsets, nulls, keys, values, .. } => {
+                match v {
+                    None => nulls.append_null(),
+                    Some(Value::M(fields)) => {
+                        for (k, x) in fields {
+                            keys.append_value(k);
+                            values.append(Some(x))?;
+                        }
+                        nulls.append_non_null();
+                    }
+                    Some(v) => return Err(Mismatch { expected: "a map (`M`)".into(), found: v.tag() }),
+                }
+                offsets.push(keys.len() as i32);
+            }
         }
         Ok(())
     }
@@ -220,7 +303,12 @@ impl Col {
             Col::Utf8(b) | Col::DecimalText(b) | Col::Json(b, _) | Col::Null(b) => b.len(),
             Col::Binary(b) => b.len(),
             Col::Bool(b) => b.len(),
-            Col::List { nulls, .. } | Col::Struct { nulls, .. } => nulls.len(),
+            Col::List { nulls, .. } | Col::Struct { nulls, .. } | Col::Map { nulls, .. } => nulls.len(),
+            Col::Float64(b) => b.len(),
+            Col::TsSecond(b) => b.len(),
+            Col::TsMilli(b) => b.len(),
+            Col::TsMicro(b) => b.len(),
+            Col::Date(b) => b.len(),
         }
     }
 
@@ -241,6 +329,24 @@ impl Col {
                     nulls.finish(),
                 )?)
             }
+            Col::Float64(b) => Arc::new(b.finish()),
+            Col::TsSecond(b) => Arc::new(b.finish()),
+            Col::TsMilli(b) => Arc::new(b.finish()),
+            Col::TsMicro(b) => Arc::new(b.finish()),
+            Col::Date(b) => Arc::new(b.finish()),
+            Col::Map { field, entries, offsets, nulls, keys, values } => {
+                let k: ArrayRef = Arc::new(keys.finish());
+                let v = values.finish()?;
+                let offs = std::mem::replace(offsets, vec![0]);
+                let entries = StructArray::try_new(entries.clone(), vec![k, v], None)?;
+                Arc::new(MapArray::try_new(
+                    field.clone(),
+                    OffsetBuffer::new(ScalarBuffer::from(offs)),
+                    entries,
+                    nulls.finish(),
+                    false,
+                )?)
+            }
             Col::Struct { fields, children, nulls, .. } => {
                 let len = nulls.len();
                 let arrays = children.iter_mut().map(Col::finish).collect::<Result<Vec<_>, _>>()?;
@@ -253,6 +359,25 @@ impl Col {
             }
         })
     }
+}
+
+fn self_expected_ts() -> &'static str {
+    "an epoch number in the column's unit"
+}
+
+fn append_i64<T>(b: &mut PrimitiveBuilder<T>, v: Option<&Value<'_>>, expected: &str) -> Result<(), Mismatch>
+where
+    T: datafusion::arrow::datatypes::ArrowPrimitiveType<Native = i64>,
+{
+    match v {
+        None => b.append_null(),
+        Some(Value::N(n)) => match n.to_i64() {
+            Some(i) => b.append_value(i),
+            None => return Err(Mismatch { expected: expected.to_owned(), found: TypeTag::N }),
+        },
+        Some(v) => return Err(Mismatch { expected: expected.to_owned(), found: v.tag() }),
+    }
+    Ok(())
 }
 
 /// Builds record batches of one table from items.
