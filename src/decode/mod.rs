@@ -228,6 +228,18 @@ pub enum RejectReason {
     LineTooLong,
     CorruptFile,
     IncrementalRecord,
+    /// A key does not match its mapping template.
+    KeyTemplate,
+    /// Two keys, or a key and an attribute, disagree on one column.
+    KeyConflict,
+    /// A value does not fit its declared column type.
+    Coercion,
+    /// A required column has no value.
+    Required,
+    /// An attribute the mapping does not name, under `unmapped = "reject"`.
+    UnmappedAttribute,
+    /// A type value no mapping entity matches, under `unmatched = "reject"`.
+    UnmatchedEntity,
 }
 
 impl RejectReason {
@@ -253,6 +265,12 @@ impl RejectReason {
             RejectReason::LineTooLong => "line_too_long",
             RejectReason::CorruptFile => "corrupt_file",
             RejectReason::IncrementalRecord => "incremental_record",
+            RejectReason::KeyTemplate => "key_template",
+            RejectReason::KeyConflict => "key_conflict",
+            RejectReason::Coercion => "coercion",
+            RejectReason::Required => "required",
+            RejectReason::UnmappedAttribute => "unmapped_attribute",
+            RejectReason::UnmatchedEntity => "unmatched_entity",
         }
     }
 }

@@ -1,0 +1,669 @@
+//! Applying a compiled mapping to one item: key templates parsed into typed columns, attributes
+//! renamed and coerced to their declared types, child rows exploded from lists of maps, and
+//! unmapped attributes kept in `_extra`, dropped or refused.
+//!
+//! The output rows are [`Item`]s whose attribute names are the table's column names and whose
+//! values are already in the form the column builders take (timestamps as epoch integers in
+//! the column's unit, dates as day numbers, decimals checked against precision and scale), so
+//! writing cannot fail on them. Every problem is a [`Failure`] naming the attribute, the value
+//! and the expected form; the entity's [`ErrorPolicy`] decides whether it rejects the item or
+//! leaves a null. A missing required value always rejects the item.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
+
+use super::file::{ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, TimestampFormat, UnmappedPolicy};
+use super::template::{KeyValue, TimeUnit};
+use super::{ColumnType, SetKind, StructField, TableSchema, TsUnit};
+use crate::decode::{Item, Number, RejectReason, Value};
+
+/// The column holding unmapped attributes as DynamoDB JSON.
+pub const EXTRA_COLUMN: &str = "_extra";
+
+/// Why a value or a key did not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FailureKind {
+    KeyTemplate,
+    KeyConflict,
+    Coercion,
+    Required,
+    Unmapped,
+}
+
+impl FailureKind {
+    pub fn reason(self) -> RejectReason {
+        match self {
+            FailureKind::KeyTemplate => RejectReason::KeyTemplate,
+            FailureKind::KeyConflict => RejectReason::KeyConflict,
+            FailureKind::Coercion => RejectReason::Coercion,
+            FailureKind::Required => RejectReason::Required,
+            FailureKind::Unmapped => RejectReason::UnmappedAttribute,
+        }
+    }
+}
+
+/// One problem with one item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// The attribute path (`SK`, `total`, `lines[2].qty`).
+    pub attribute: String,
+    pub message: String,
+}
+
+/// The rows one item gives.
+#[derive(Debug, Default)]
+pub struct Applied<'a> {
+    pub row: Item<'a>,
+    /// `(index into the entity's children, row)`, in element order.
+    pub children: Vec<(usize, Item<'a>)>,
+    /// Problems left as nulls under [`ErrorPolicy::Null`].
+    pub nulled: Vec<Failure>,
+    /// Attributes no column names (whatever the policy did with them).
+    pub unmapped: Vec<String>,
+}
+
+/// Applies `m` to `item`. `Err` means the item goes to the rejects table.
+pub fn apply<'a>(m: &EntityMapping, item: &Item<'a>, type_attribute: &str) -> Result<Applied<'a>, Failure> {
+    let mut out = Applied::default();
+    let policy = m.on_error;
+    let mut fail = |f: Failure, out: &mut Applied<'a>| -> Result<(), Failure> {
+        match policy {
+            ErrorPolicy::Reject => Err(f),
+            ErrorPolicy::Null => {
+                out.nulled.push(f);
+                Ok(())
+            }
+        }
+    };
+    let get = |name: &str| item.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+
+    // Keys: every placeholder's value, from the first key attribute that has it.
+    let mut captured: BTreeMap<&str, (KeyValue, &str)> = BTreeMap::new();
+    for k in &m.keys {
+        let Some(v) = get(&k.attribute) else { continue }; // sparse index keys may be absent
+        let text = match v {
+            Value::S(s) => s.as_ref(),
+            Value::N(n) => n.as_str(),
+            Value::Null => continue,
+            other => {
+                let f = Failure {
+                    kind: FailureKind::KeyTemplate,
+                    attribute: k.attribute.clone(),
+                    message: format!(
+                        "key `{}` is a `{}` value; template `{}` reads strings",
+                        k.attribute,
+                        other.tag().key(),
+                        k.template.source()
+                    ),
+                };
+                fail(f, &mut out)?;
+                continue;
+            }
+        };
+        match k.template.captures(text) {
+            Ok(values) => {
+                for (p, v) in k.template.placeholders().iter().zip(values) {
+                    let Some(v) = v else { continue };
+                    match captured.get(p.name.as_str()) {
+                        Some((prev, from)) if *prev != v => {
+                            let f = Failure {
+                                kind: FailureKind::KeyConflict,
+                                attribute: k.attribute.clone(),
+                                message: format!(
+                                    "`{}` in key `{}` ({}) differs from `{}` in key `{from}` ({})",
+                                    p.name,
+                                    k.attribute,
+                                    key_value_text(&v),
+                                    p.name,
+                                    key_value_text(prev)
+                                ),
+                            };
+                            fail(f, &mut out)?;
+                        }
+                        Some(_) => {}
+                        None => {
+                            captured.insert(p.name.as_str(), (v, k.attribute.as_str()));
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let f = Failure {
+                    kind: FailureKind::KeyTemplate,
+                    attribute: k.attribute.clone(),
+                    message: format!("entity `{}`: {}; expected {}", m.name, e.message, e.expected),
+                };
+                fail(f, &mut out)?;
+            }
+        }
+    }
+
+    // Columns, in order.
+    for c in &m.columns {
+        let value = match &c.source {
+            ColumnSource::Attribute(a) => match get(a).filter(|v| !matches!(v, Value::Null) || is_json(&c.ty)) {
+                None => None,
+                Some(v) => match coerce(v, &c.ty) {
+                    Ok(v) => Some(v),
+                    Err(expected) => {
+                        fail(coercion_failure(&m.name, a, v, &expected), &mut out)?;
+                        None
+                    }
+                },
+            },
+            ColumnSource::Key { placeholder, .. } => {
+                let from_key = match captured.get(placeholder.as_str()) {
+                    Some((kv, from)) => match key_value(kv, &c.ty) {
+                        Ok(v) => Some(v),
+                        Err(expected) => {
+                            let f = Failure {
+                                kind: FailureKind::Coercion,
+                                attribute: (*from).to_owned(),
+                                message: format!(
+                                    "entity `{}`: `{placeholder}` = `{}` from key `{from}` does not fit {expected}",
+                                    m.name,
+                                    key_value_text(kv)
+                                ),
+                            };
+                            fail(f, &mut out)?;
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                // An attribute named like the placeholder duplicates it: it must agree, and it
+                // fills the column when the key is absent (a sparse index).
+                let attr = get(placeholder).filter(|v| !matches!(v, Value::Null));
+                match (from_key, attr) {
+                    (Some(k), Some(a)) => {
+                        if coerce(a, &c.ty).ok().as_ref() != Some(&k) {
+                            let f = Failure {
+                                kind: FailureKind::KeyConflict,
+                                attribute: placeholder.clone(),
+                                message: format!(
+                                    "entity `{}`: attribute `{placeholder}` ({}) differs from the value in the key ({})",
+                                    m.name,
+                                    value_text(a),
+                                    value_text(&k)
+                                ),
+                            };
+                            fail(f, &mut out)?;
+                        }
+                        Some(k)
+                    }
+                    (Some(k), None) => Some(k),
+                    (None, Some(a)) => match coerce(a, &c.ty) {
+                        Ok(v) => Some(v),
+                        Err(expected) => {
+                            fail(coercion_failure(&m.name, placeholder, a, &expected), &mut out)?;
+                            None
+                        }
+                    },
+                    (None, None) => None,
+                }
+            }
+        };
+        match value {
+            Some(v) => out.row.push((Cow::Owned(c.name.clone()), v)),
+            None if c.required => {
+                return Err(Failure {
+                    kind: FailureKind::Required,
+                    attribute: source_name(c).to_owned(),
+                    message: format!("entity `{}`: required column `{}` has no value", m.name, c.name),
+                });
+            }
+            None => {}
+        }
+    }
+
+    // Child rows.
+    for (ci, child) in m.children.iter().enumerate() {
+        let Some(list) = get(&child.source) else { continue };
+        let elements = match list {
+            Value::L(elements) => elements,
+            Value::Null => continue,
+            other => {
+                let f = coercion_failure(&m.name, &child.source, other, "a list of maps (`L` of `M`)");
+                fail(f, &mut out)?;
+                continue;
+            }
+        };
+        for (i, e) in elements.iter().enumerate() {
+            let path = format!("{}[{i}]", child.source);
+            match child_row(m, child, &out.row, e, i, &path) {
+                Ok(row) => out.children.push((ci, row)),
+                Err(f) if f.kind == FailureKind::Required => return Err(f),
+                Err(f) => fail(f, &mut out)?,
+            }
+        }
+    }
+
+    // Attributes no column names.
+    let claimed = m.claimed_attributes();
+    let mut extra: Vec<(Cow<'a, str>, Value<'a>)> = Vec::new();
+    for (k, v) in item {
+        if k == type_attribute || claimed.contains(k.as_ref()) {
+            continue;
+        }
+        out.unmapped.push(k.to_string());
+        match m.unmapped {
+            UnmappedPolicy::Extra => extra.push((k.clone(), v.clone())),
+            UnmappedPolicy::Drop => {}
+            UnmappedPolicy::Reject => {
+                return Err(Failure {
+                    kind: FailureKind::Unmapped,
+                    attribute: k.to_string(),
+                    message: format!(
+                        "entity `{}`: attribute `{k}` is not in the mapping (`unmapped = \"reject\"`)",
+                        m.name
+                    ),
+                });
+            }
+        }
+    }
+    if !extra.is_empty() {
+        out.row.push((Cow::Borrowed(EXTRA_COLUMN), Value::M(extra)));
+    }
+    Ok(out)
+}
+
+fn child_row<'a>(
+    m: &EntityMapping,
+    child: &ChildMapping,
+    parent: &Item<'a>,
+    element: &Value<'a>,
+    index: usize,
+    path: &str,
+) -> Result<Item<'a>, Failure> {
+    let Value::M(fields) = element else {
+        return Err(coercion_failure(&m.name, path, element, "a map (`M`)"));
+    };
+    let mut row: Item<'a> = Vec::with_capacity(child.parent_columns.len() + 1 + child.columns.len());
+    for p in &child.parent_columns {
+        if let Some((_, v)) = parent.iter().find(|(k, _)| k == p.as_str()) {
+            row.push((Cow::Owned(p.clone()), v.clone()));
+        }
+    }
+    row.push((Cow::Owned(child.position.clone()), Value::N(Number::from_canonical(&index.to_string()).into_owned())));
+    for c in &child.columns {
+        let name = source_name(c);
+        let v = fields.iter().find(|(k, _)| k == name).map(|(_, v)| v).filter(|v| !matches!(v, Value::Null) || is_json(&c.ty));
+        match v {
+            Some(v) => {
+                let v = coerce(v, &c.ty).map_err(|expected| coercion_failure(&m.name, &format!("{path}.{name}"), v, &expected))?;
+                row.push((Cow::Owned(c.name.clone()), v));
+            }
+            None if c.required => {
+                return Err(Failure {
+                    kind: FailureKind::Required,
+                    attribute: format!("{path}.{name}"),
+                    message: format!("entity `{}`: required column `{}` of `{}` has no value", m.name, c.name, child.table),
+                });
+            }
+            None => {}
+        }
+    }
+    for (k, _) in fields {
+        if !child.columns.iter().any(|c| source_name(c) == k.as_ref()) {
+            return Err(Failure {
+                kind: FailureKind::Unmapped,
+                attribute: format!("{path}.{k}"),
+                message: format!("entity `{}`: field `{k}` of `{path}` has no column in `{}`", m.name, child.table),
+            });
+        }
+    }
+    Ok(row)
+}
+
+fn source_name(c: &ColumnMapping) -> &str {
+    match &c.source {
+        ColumnSource::Attribute(a) => a,
+        ColumnSource::Key { placeholder, .. } => placeholder,
+    }
+}
+
+fn is_json(ty: &DeclaredType) -> bool {
+    matches!(ty, DeclaredType::Json)
+}
+
+fn coercion_failure(entity: &str, attribute: &str, v: &Value<'_>, expected: &str) -> Failure {
+    Failure {
+        kind: FailureKind::Coercion,
+        attribute: attribute.to_owned(),
+        message: format!("entity `{entity}`: `{attribute}` = {} does not fit {expected}", value_text(v)),
+    }
+}
+
+/// A short rendering of a value for messages: DynamoDB JSON, cut at 80 characters.
+fn value_text(v: &Value<'_>) -> String {
+    let mut s = String::new();
+    v.write_dynamodb_json(&mut s);
+    if s.chars().count() > 80 {
+        let cut: String = s.chars().take(77).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+fn key_value_text(v: &KeyValue) -> String {
+    match v {
+        KeyValue::Str(s) | KeyValue::Decimal(s) => s.clone(),
+        KeyValue::Int(i) => i.to_string(),
+        KeyValue::Timestamp { unit, value } => format!("{value} ({unit:?} since the epoch)").to_lowercase(),
+        KeyValue::Date(d) => format!("day {d}"),
+    }
+}
+
+fn number(text: String) -> Value<'static> {
+    Value::N(Number::from_canonical(&text).into_owned())
+}
+
+fn per_second(u: TimeUnit) -> i64 {
+    match u {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+    }
+}
+
+/// `value` (in `from` units) in `to` units, exactly, or `None`.
+fn convert_epoch(value: i64, from: TimeUnit, to: TimeUnit) -> Option<i64> {
+    let (f, t) = (per_second(from), per_second(to));
+    if t >= f {
+        value.checked_mul(t / f)
+    } else {
+        let d = f / t;
+        (value % d == 0).then_some(value / d)
+    }
+}
+
+/// A key placeholder's value as a column value of type `ty`.
+fn key_value(kv: &KeyValue, ty: &DeclaredType) -> Result<Value<'static>, String> {
+    match (kv, ty) {
+        (KeyValue::Str(s), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(s.clone()))),
+        (KeyValue::Str(s), other) => coerce(&Value::S(Cow::Owned(s.clone())), other),
+        (KeyValue::Int(i), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(i.to_string()))),
+        (KeyValue::Int(i), other) => coerce(&number(i.to_string()), other),
+        (KeyValue::Decimal(d), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(d.clone()))),
+        (KeyValue::Decimal(d), other) => match Number::parse(d) {
+            Ok(n) => coerce(&Value::N(n.into_owned()), other),
+            Err(_) => Err(ty_expected(other)),
+        },
+        (KeyValue::Timestamp { unit, value }, DeclaredType::Timestamp { unit: to, .. }) => {
+            convert_epoch(*value, *unit, *to).map(|v| number(v.to_string())).ok_or_else(|| ty_expected(ty))
+        }
+        (KeyValue::Date(d), DeclaredType::Date { .. }) => Ok(number(d.to_string())),
+        (_, other) => Err(ty_expected(other)),
+    }
+}
+
+fn ty_expected(ty: &DeclaredType) -> String {
+    format!("`{}`", ty.label())
+}
+
+/// A number from an `N`, or from an `S` holding a number.
+fn numeric<'a>(v: &Value<'a>) -> Option<Number<'a>> {
+    match v {
+        Value::N(n) => Some(n.clone()),
+        Value::S(s) => Number::parse(s.trim()).ok().map(Number::into_owned),
+        _ => None,
+    }
+}
+
+/// `v` as a value of type `ty`, in the form the column builders take; `Err` names the expected
+/// form.
+pub fn coerce<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String> {
+    let exp = || ty_expected(ty);
+    match ty {
+        DeclaredType::Json => Ok(v.clone()),
+        DeclaredType::Utf8 => match v {
+            Value::S(_) => Ok(v.clone()),
+            Value::N(n) => Ok(Value::S(Cow::Owned(n.as_str().to_owned()))),
+            _ => Err("`string` (an `S` or `N` value)".into()),
+        },
+        DeclaredType::Bool => match v {
+            Value::Bool(_) => Ok(v.clone()),
+            _ => Err("`bool` (a `BOOL` value)".into()),
+        },
+        DeclaredType::Binary => match v {
+            Value::B(_) => Ok(v.clone()),
+            _ => Err("`binary` (a `B` value)".into()),
+        },
+        DeclaredType::Int64 => match numeric(v) {
+            Some(n) if n.to_i64().is_some() => Ok(Value::N(n)),
+            _ => Err("`int64` (a whole number within ±9.2E18)".into()),
+        },
+        DeclaredType::Decimal { precision, scale } => {
+            let n = numeric(v).ok_or_else(exp)?;
+            let scaled = n.to_i128_scaled((*scale).max(0) as u32).ok_or_else(|| {
+                format!("`decimal({precision},{scale})` (at most {scale} decimal places)")
+            })?;
+            let limit = 10i128.checked_pow(u32::from(*precision)).unwrap_or(i128::MAX);
+            if scaled.unsigned_abs() >= limit.unsigned_abs() {
+                return Err(format!("`decimal({precision},{scale})` (at most {} digits before the point)", i32::from(*precision) - i32::from(*scale)));
+            }
+            Ok(Value::N(n))
+        }
+        DeclaredType::DecimalText => numeric(v).map(Value::N).ok_or_else(|| "a number".into()),
+        DeclaredType::Float64 => match numeric(v) {
+            Some(n) if n.as_str().parse::<f64>().is_ok_and(f64::is_finite) => Ok(Value::N(n)),
+            _ => Err("`float64` (a number within ±1.8E308)".into()),
+        },
+        DeclaredType::Timestamp { unit, format, tz } => timestamp(v, *unit, format, tz).map(|i| number(i.to_string())),
+        DeclaredType::Date { format } => {
+            let Value::S(s) = v else { return Err(date_expected(format)) };
+            let pattern = format.as_deref().unwrap_or("%Y-%m-%d");
+            let d = NaiveDate::parse_from_str(s, pattern).map_err(|_| date_expected(format))?;
+            let days = d.signed_duration_since(NaiveDate::default()).num_days();
+            Ok(number(days.to_string()))
+        }
+        DeclaredType::List(t) => match v {
+            Value::L(items) => Ok(Value::L(items.iter().map(|e| coerce(e, t)).collect::<Result<_, _>>()?)),
+            _ => Err(format!("`{}` (an `L` value)", ty.label())),
+        },
+        DeclaredType::Set(t) => {
+            let ok = match (v, t.as_ref()) {
+                (Value::SS(_), DeclaredType::Utf8) | (Value::BS(_), DeclaredType::Binary) => true,
+                (Value::NS(ns), t) => ns.iter().all(|n| coerce(&Value::N(n.clone()), t).is_ok()),
+                _ => false,
+            };
+            if ok { Ok(v.clone()) } else { Err(format!("`{}` (an `SS`, `NS` or `BS` value)", ty.label())) }
+        }
+        DeclaredType::Struct(fields) => match v {
+            Value::M(m) => {
+                let mut out = Vec::with_capacity(m.len());
+                for (k, x) in m {
+                    let Some((_, t)) = fields.iter().find(|(n, _)| n == k.as_ref()) else {
+                        return Err(format!("`{}` (it has no field `{k}`)", ty.label()));
+                    };
+                    if matches!(x, Value::Null) && !is_json(t) {
+                        continue;
+                    }
+                    out.push((k.clone(), coerce(x, t)?));
+                }
+                Ok(Value::M(out))
+            }
+            _ => Err(format!("`{}` (an `M` value)", ty.label())),
+        },
+        DeclaredType::Map(t) => match v {
+            Value::M(m) => Ok(Value::M(
+                m.iter().map(|(k, x)| Ok((k.clone(), coerce(x, t)?))).collect::<Result<_, String>>()?,
+            )),
+            _ => Err(format!("`{}` (an `M` value)", ty.label())),
+        },
+    }
+}
+
+fn date_expected(format: &Option<String>) -> String {
+    match format {
+        Some(p) => format!("`date` as `{p}`"),
+        None => "`date` (`YYYY-MM-DD` text)".into(),
+    }
+}
+
+/// Epoch integer in `unit` for a timestamp value written in `format`.
+fn timestamp(v: &Value<'_>, unit: TimeUnit, format: &TimestampFormat, tz: &str) -> Result<i64, String> {
+    let from_unit = |u: TimeUnit, name: &str| -> Result<i64, String> {
+        let n = numeric(v).and_then(|n| n.to_i64()).ok_or_else(|| format!("`timestamp` as {name} (a whole number)"))?;
+        convert_epoch(n, u, unit).ok_or_else(|| format!("`timestamp` as {name} within range"))
+    };
+    let instant = |dt: DateTime<FixedOffset>, name: &str| -> Result<i64, String> {
+        let micros = dt.timestamp_micros();
+        if dt.timestamp_subsec_nanos() % 1000 != 0 {
+            return Err(format!("`timestamp` as {name} (at most microsecond precision)"));
+        }
+        convert_epoch(micros, TimeUnit::Microsecond, unit)
+            .ok_or_else(|| format!("`timestamp` as {name} (no more precision than the column's unit)"))
+    };
+    match format {
+        TimestampFormat::EpochS => from_unit(TimeUnit::Second, "epoch seconds"),
+        TimestampFormat::EpochMs => from_unit(TimeUnit::Millisecond, "epoch milliseconds"),
+        TimestampFormat::EpochUs => from_unit(TimeUnit::Microsecond, "epoch microseconds"),
+        TimestampFormat::Iso8601 => {
+            let Value::S(s) = v else { return Err("`timestamp` as ISO 8601 text".into()) };
+            let dt = match DateTime::parse_from_rfc3339(s) {
+                Ok(dt) => dt,
+                Err(_) => {
+                    let naive = NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+                        .map_err(|_| "`timestamp` as ISO 8601 text (`2025-06-01T12:00:00Z`)".to_owned())?;
+                    local(naive, tz)?
+                }
+            };
+            instant(dt, "ISO 8601 text")
+        }
+        TimestampFormat::Pattern(p) => {
+            let Value::S(s) = v else { return Err(format!("`timestamp` as `{p}` text")) };
+            let dt = match DateTime::parse_from_str(s, p) {
+                Ok(dt) => dt,
+                Err(_) => {
+                    let naive = NaiveDateTime::parse_from_str(s, p).map_err(|_| format!("`timestamp` as `{p}`"))?;
+                    local(naive, tz)?
+                }
+            };
+            instant(dt, &format!("`{p}`"))
+        }
+    }
+}
+
+fn local(naive: NaiveDateTime, tz: &str) -> Result<DateTime<FixedOffset>, String> {
+    let offset = if tz.eq_ignore_ascii_case("UTC") {
+        FixedOffset::east_opt(0)
+    } else {
+        DateTime::parse_from_rfc3339(&format!("2000-01-01T00:00:00{tz}")).ok().map(|d| *d.offset())
+    };
+    let offset = offset.ok_or_else(|| format!("a time zone (`{tz}` is not `UTC` or `+HH:MM`)"))?;
+    offset.from_local_datetime(&naive).single().ok_or_else(|| "an existing local time".to_owned())
+}
+
+/// The output schema of an entity's table, exactly as the mapping declares it (plus `_extra`
+/// when unmapped attributes are kept).
+pub fn entity_schema(m: &EntityMapping) -> TableSchema {
+    let mut columns: Vec<super::Column> = m
+        .columns
+        .iter()
+        .map(|c| {
+            let origin = match &c.source {
+                ColumnSource::Attribute(a) => format!("{}; attribute={a}", dynamodb_label(&c.ty)),
+                ColumnSource::Key { attribute, placeholder } => {
+                    let t = m.keys.iter().find(|k| &k.attribute == attribute).map(|k| k.template.source()).unwrap_or("");
+                    let _ = placeholder;
+                    format!("S; key={attribute} {t}")
+                }
+            };
+            column(&c.name, &c.ty, origin)
+        })
+        .collect();
+    if m.unmapped == UnmappedPolicy::Extra {
+        columns.push(column(EXTRA_COLUMN, &DeclaredType::Json, "M; unmapped attributes".into()));
+    }
+    TableSchema { table: m.table.clone(), entity: Some(m.name.clone()), columns }
+}
+
+/// The schema of a child table: parent columns, position, element fields.
+pub fn child_schema(m: &EntityMapping, child: &ChildMapping) -> TableSchema {
+    let mut columns = Vec::new();
+    for p in &child.parent_columns {
+        if let Some(c) = m.columns.iter().find(|c| &c.name == p) {
+            columns.push(column(&c.name, &c.ty, format!("parent `{}` column", m.table)));
+        }
+    }
+    columns.push(column(&child.position, &DeclaredType::Int64, format!("position in `{}`", child.source)));
+    for c in &child.columns {
+        columns.push(column(&c.name, &c.ty, format!("{}; field of `{}`", dynamodb_label(&c.ty), child.source)));
+    }
+    TableSchema { table: child.table.clone(), entity: Some(m.name.clone()), columns }
+}
+
+fn column(name: &str, ty: &DeclaredType, origin: String) -> super::Column {
+    super::Column {
+        name: name.to_owned(),
+        source: name.to_owned(),
+        ty: column_type(ty),
+        nullable: true,
+        seen: [(origin, 0)].into(),
+    }
+}
+
+/// The DynamoDB type a declared type reads.
+fn dynamodb_label(ty: &DeclaredType) -> &'static str {
+    match ty {
+        DeclaredType::Int64 | DeclaredType::Decimal { .. } | DeclaredType::DecimalText | DeclaredType::Float64 => "N",
+        DeclaredType::Utf8 | DeclaredType::Date { .. } => "S",
+        DeclaredType::Timestamp { format, .. } => match format {
+            TimestampFormat::EpochS | TimestampFormat::EpochMs | TimestampFormat::EpochUs => "N",
+            _ => "S",
+        },
+        DeclaredType::Bool => "BOOL",
+        DeclaredType::Binary => "B",
+        DeclaredType::Json => "any",
+        DeclaredType::List(_) => "L",
+        DeclaredType::Set(t) => match t.as_ref() {
+            DeclaredType::Utf8 => "SS",
+            DeclaredType::Binary => "BS",
+            _ => "NS",
+        },
+        DeclaredType::Struct(_) | DeclaredType::Map(_) => "M",
+    }
+}
+
+/// The column type of a declared type.
+pub fn column_type(ty: &DeclaredType) -> ColumnType {
+    match ty {
+        DeclaredType::Int64 => ColumnType::Int64,
+        DeclaredType::Decimal { precision, scale } => ColumnType::Decimal { precision: *precision, scale: *scale },
+        DeclaredType::DecimalText => ColumnType::DecimalText,
+        DeclaredType::Float64 => ColumnType::Float64,
+        DeclaredType::Utf8 => ColumnType::Utf8,
+        DeclaredType::Bool => ColumnType::Bool,
+        DeclaredType::Binary => ColumnType::Binary,
+        DeclaredType::Timestamp { unit, .. } => ColumnType::Timestamp {
+            unit: match unit {
+                TimeUnit::Second => TsUnit::Second,
+                TimeUnit::Millisecond => TsUnit::Millisecond,
+                TimeUnit::Microsecond => TsUnit::Microsecond,
+            },
+        },
+        DeclaredType::Date { .. } => ColumnType::Date,
+        DeclaredType::Json => ColumnType::Json,
+        DeclaredType::List(t) => ColumnType::List { element: Box::new(column_type(t)), set: None },
+        DeclaredType::Set(t) => {
+            let kind = match t.as_ref() {
+                DeclaredType::Utf8 => SetKind::SS,
+                DeclaredType::Binary => SetKind::BS,
+                _ => SetKind::NS,
+            };
+            ColumnType::List { element: Box::new(column_type(t)), set: Some(kind) }
+        }
+        DeclaredType::Struct(fields) => ColumnType::Struct {
+            fields: fields
+                .iter()
+                .map(|(n, t)| StructField { name: n.clone(), ty: column_type(t), seen: [(dynamodb_label(t).to_owned(), 0)].into() })
+                .collect(),
+        },
+        DeclaredType::Map(t) => ColumnType::Map { value: Box::new(column_type(t)) },
+    }
+}
