@@ -1836,4 +1836,275 @@ mod tests {
             assert_eq!(to_placeholder_name(text).as_deref(), name, "{text}");
         }
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const LITERAL_CHARS: &[char] = &['#', '|', ':', '-', '.', '0', 'A', 'é', '日', '{', ']', '\\'];
+        const VALUE_CHARS: &[char] = &['a', 'b', '#', '|', ':', '-', '.', '0', '7', 'é', '日', '{', 'A'];
+
+        fn text(chars: &'static [char], len: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = String> {
+            prop::collection::vec(prop::sample::select(chars), len).prop_map(|c| c.into_iter().collect())
+        }
+
+        fn any_type() -> BoxedStrategy<PlaceholderType> {
+            prop_oneof![
+                Just(PlaceholderType::String),
+                Just(PlaceholderType::Int { width: None }),
+                (1..=19usize).prop_map(|n| PlaceholderType::Int { width: Some(n) }),
+                Just(PlaceholderType::Decimal),
+                Just(PlaceholderType::EpochS),
+                Just(PlaceholderType::EpochMs),
+                Just(PlaceholderType::Iso8601),
+                Just(PlaceholderType::Date),
+                Just(PlaceholderType::Uuid),
+            ]
+            .boxed()
+        }
+
+        fn text_or_int() -> BoxedStrategy<PlaceholderType> {
+            prop_oneof![Just(PlaceholderType::String), Just(PlaceholderType::Int { width: None })].boxed()
+        }
+
+        fn value(ty: &PlaceholderType, chars: &'static [char]) -> BoxedStrategy<KeyValue> {
+            let day0 = days_from_civil(0, 1, 1);
+            let day_end = days_from_civil(9999, 12, 31);
+            match ty {
+                PlaceholderType::String => text(chars, 1..=6).prop_map(KeyValue::Str).boxed(),
+                PlaceholderType::Int { width: None } => any::<i64>().prop_map(KeyValue::Int).boxed(),
+                PlaceholderType::Int { width: Some(n) } => {
+                    let max = if *n >= 19 { i64::MAX } else { 10i64.pow(*n as u32) - 1 };
+                    prop_oneof![0..=max, Just(0), Just(max)].prop_map(KeyValue::Int).boxed()
+                }
+                PlaceholderType::Decimal => "-?[0-9]{1,5}(\\.[0-9]{1,3})?".prop_map(KeyValue::Decimal).boxed(),
+                PlaceholderType::EpochS => {
+                    (0..=i64::MAX).prop_map(|value| KeyValue::Timestamp { unit: TimeUnit::Second, value }).boxed()
+                }
+                PlaceholderType::EpochMs => prop_oneof![0..=i64::MAX, 0..10_000i64]
+                    .prop_map(|value| KeyValue::Timestamp { unit: TimeUnit::Millisecond, value })
+                    .boxed(),
+                PlaceholderType::Iso8601 => {
+                    let (lo, hi) = (day0 * 86_400_000_000, (day_end + 1) * 86_400_000_000 - 1);
+                    (lo..=hi, 0..3u32)
+                        .prop_map(|(v, precision)| {
+                            let value = match precision {
+                                0 => v - v.rem_euclid(1_000_000),
+                                1 => v - v.rem_euclid(1_000),
+                                _ => v,
+                            };
+                            KeyValue::Timestamp { unit: TimeUnit::Microsecond, value }
+                        })
+                        .boxed()
+                }
+                PlaceholderType::Date => ((day0 as i32)..=(day_end as i32)).prop_map(KeyValue::Date).boxed(),
+                PlaceholderType::Uuid => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+                    .prop_map(KeyValue::Str)
+                    .boxed(),
+            }
+        }
+
+        /// A template: literals (some possibly empty) around placeholders, and how many of the
+        /// placeholders form the optional part.
+        #[derive(Debug, Clone)]
+        struct Shape {
+            /// `literals[i]` precedes placeholder `i`; the last one ends the required part.
+            literals: Vec<String>,
+            types: Vec<PlaceholderType>,
+            /// Literal that starts the optional part, its literals between placeholders and its end.
+            optional: Option<(Vec<String>, Vec<PlaceholderType>)>,
+        }
+
+        impl Shape {
+            fn source(&self) -> String {
+                let mut out = String::new();
+                let mut n = 0;
+                let mut push = |out: &mut String, literals: &[String], types: &[PlaceholderType]| {
+                    for (i, lit) in literals.iter().enumerate() {
+                        out.push_str(&escape_literal(lit));
+                        if let Some(t) = types.get(i) {
+                            out.push_str(&format!("{{p{n}:{t}}}"));
+                            n += 1;
+                        }
+                    }
+                };
+                push(&mut out, &self.literals, &self.types);
+                if let Some((literals, types)) = &self.optional {
+                    out.push('[');
+                    push(&mut out, literals, types);
+                    out.push(']');
+                }
+                out
+            }
+        }
+
+        /// `count` placeholders with `count + 1` literals; inner literals are non-empty, the
+        /// first one too when `first_nonempty`.
+        fn part(
+            chars: &'static [char],
+            count: usize,
+            first_nonempty: bool,
+            types: fn() -> BoxedStrategy<PlaceholderType>,
+        ) -> impl Strategy<Value = (Vec<String>, Vec<PlaceholderType>)> {
+            let literals = (0..=count)
+                .map(|i| {
+                    let inner = i > 0 && i < count;
+                    let min = if inner || (i == 0 && first_nonempty && count > 0) { 1 } else { 0 };
+                    text(chars, min..=3)
+                })
+                .collect::<Vec<_>>();
+            (literals, prop::collection::vec(types(), count))
+        }
+
+        fn shape(
+            chars: &'static [char],
+            types: fn() -> BoxedStrategy<PlaceholderType>,
+        ) -> impl Strategy<Value = Shape> {
+            (0..=3usize, 0..=2usize)
+                .prop_flat_map(move |(required, optional)| {
+                    (part(chars, required, false, types), part(chars, optional, true, types))
+                })
+                .prop_filter_map("template must compile", |((literals, types), (olits, otypes))| {
+                    let mut shape = Shape { literals, types, optional: None };
+                    if !otypes.is_empty() {
+                        // No placeholder right before the optional part's first placeholder.
+                        let required_ends_with_placeholder =
+                            !shape.types.is_empty() && shape.literals.last().is_some_and(String::is_empty);
+                        if required_ends_with_placeholder && olits.first().is_some_and(String::is_empty) {
+                            return None;
+                        }
+                        shape.optional = Some((olits, otypes));
+                    }
+                    if shape.source().is_empty() {
+                        return None;
+                    }
+                    Some(shape)
+                })
+        }
+
+        fn case(
+            literal_chars: &'static [char],
+            value_chars: &'static [char],
+            types: fn() -> BoxedStrategy<PlaceholderType>,
+        ) -> impl Strategy<Value = (Shape, Vec<KeyValue>, bool)> {
+            shape(literal_chars, types).prop_flat_map(move |shape| {
+                let mut types = shape.types.clone();
+                if let Some((_, t)) = &shape.optional {
+                    types.extend(t.iter().cloned());
+                }
+                let values: Vec<_> = types.iter().map(|t| value(t, value_chars)).collect();
+                (Just(shape), values, any::<bool>())
+            })
+        }
+
+        /// Whether the leftmost-shortest search must find exactly these values: every value is
+        /// followed by the first occurrence of its following literal, and with the optional part
+        /// absent, the last required value does not contain the optional part's first literal.
+        fn unambiguous(t: &KeyTemplate, values: &[Option<KeyValue>]) -> bool {
+            let present = values.iter().zip(t.placeholders()).any(|(v, p)| p.optional && v.is_some());
+            let end = if present { t.segments.len() } else { t.required };
+            for (i, seg) in t.segments[..end].iter().enumerate() {
+                let Segment::Placeholder(p) = seg else { continue };
+                let mut text = String::new();
+                let Some(Some(v)) = values.get(*p) else { return false };
+                if t.placeholders[*p].ty.write_value(v, &mut text).is_err() {
+                    return false;
+                }
+                let clear = match t.segments.get(i + 1) {
+                    // The first occurrence of the following literal is right after the value.
+                    Some(Segment::Literal(lit)) if i + 1 < end => {
+                        format!("{text}{lit}").find(lit.as_str()) == Some(text.len())
+                    }
+                    // The optional part is absent: its first literal must not occur in the value.
+                    Some(Segment::Literal(lit)) => !text.contains(lit.as_str()),
+                    _ => true,
+                };
+                if !clear {
+                    return false;
+                }
+            }
+            true
+        }
+
+        /// Rendered keys always match, the captured values render back to the same key, and
+        /// when no value hides a copy of its following literal, the values come back exactly.
+        fn check_round_trip(shape: Shape, values: Vec<KeyValue>, present: bool) -> Result<(), TestCaseError> {
+            let source = shape.source();
+            let t = KeyTemplate::parse(&source).map_err(|e| TestCaseError::fail(format!("{source}: {e}")))?;
+            let required = shape.types.len();
+            let values: Vec<Option<KeyValue>> =
+                values.into_iter().enumerate().map(|(i, v)| (i < required || present).then_some(v)).collect();
+            let key = t.render(&values).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let captured = t.captures(&key).map_err(|e| TestCaseError::fail(format!("{source} on `{key}`: {e}")))?;
+            prop_assert_eq!(t.render(&captured).ok(), Some(key.clone()));
+            if unambiguous(&t, &values) {
+                prop_assert_eq!(&captured, &values, "`{}` on `{}`", source, key);
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn render_then_capture((shape, values, present) in case(LITERAL_CHARS, VALUE_CHARS, any_type)) {
+                check_round_trip(shape, values, present)?;
+            }
+
+            /// The same with separators everywhere, so values are mostly ambiguous.
+            #[test]
+            fn render_then_capture_ambiguous((shape, values, present) in case(&['#', '1'], &['#', 'a', '1'], text_or_int)) {
+                check_round_trip(shape, values, present)?;
+            }
+
+            /// Any key: no panic, and an accepted key round-trips.
+            #[test]
+            fn captures_arbitrary_keys(shape in shape(LITERAL_CHARS, any_type), key in text(VALUE_CHARS, 0..=24), junk in ".{0,12}") {
+                let t = KeyTemplate::parse(&shape.source()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for key in [key.clone(), format!("{}{key}", t.literal_prefix()), format!("{}{junk}", t.literal_prefix()), junk.clone()] {
+                    if let Ok(values) = t.captures(&key) {
+                        prop_assert_eq!(values.len(), t.placeholders().len());
+                        prop_assert_eq!(t.render(&values).ok(), Some(key.clone()));
+                    }
+                }
+            }
+
+            /// Rendered keys with a char inserted or removed: no panic, and a match round-trips.
+            #[test]
+            fn captures_mutated_keys((shape, values, _present) in case(LITERAL_CHARS, VALUE_CHARS, any_type), at in any::<prop::sample::Index>(), c in prop::sample::select(VALUE_CHARS), remove in any::<bool>()) {
+                let t = KeyTemplate::parse(&shape.source()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let values: Vec<Option<KeyValue>> = values.into_iter().map(Some).collect();
+                let key = t.render(&values).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let mut chars: Vec<char> = key.chars().collect();
+                if remove && !chars.is_empty() {
+                    chars.remove(at.index(chars.len()));
+                } else {
+                    chars.insert(at.index(chars.len() + 1), c);
+                }
+                let key: String = chars.into_iter().collect();
+                if let Ok(values) = t.captures(&key) {
+                    prop_assert_eq!(t.render(&values).ok(), Some(key.clone()));
+                }
+            }
+
+            /// Any template text: no panic; a compiled template prints its source.
+            #[test]
+            fn parse_arbitrary_text(source in "[{}\\[\\]\\\\:#a-z_A-Z0-9()é ]{0,16}") {
+                if let Ok(t) = KeyTemplate::parse(&source) {
+                    prop_assert_eq!(t.to_string(), source);
+                    prop_assert!(t.placeholders().iter().all(|p| is_placeholder_name(&p.name)));
+                }
+            }
+
+            #[test]
+            fn iso8601_text_round_trips(micros in any::<i64>()) {
+                let mut text = String::new();
+                if write_iso8601(micros, &mut text) == Ok(true) {
+                    prop_assert_eq!(parse_iso8601(&text), Ok(micros));
+                    let expected = chrono::DateTime::from_timestamp_micros(micros).unwrap();
+                    prop_assert_eq!(chrono::DateTime::parse_from_rfc3339(&text).unwrap(), expected);
+                }
+            }
+        }
+    }
 }
