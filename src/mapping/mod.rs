@@ -5,6 +5,7 @@
 //! per entity from every item, never a sample. This module does no I/O.
 
 pub mod infer;
+pub mod keyinfer;
 pub mod template;
 
 use std::collections::BTreeMap;
