@@ -1138,6 +1138,7 @@ impl<'s> Cx<'s> {
         let mut keys: Vec<KeyMapping> = Vec::new();
         // placeholder name -> (first key attribute, its type)
         let mut placeholders: Vec<(String, String, PlaceholderType)> = Vec::new();
+        let mut keys_broken = false;
         if let Some(v) = t.get("keys")
             && let Some(kt) = self.table(sc, "keys", v, "a table of key templates such as `{ PK = \"USER#{email}\" }`")
         {
@@ -1156,6 +1157,7 @@ impl<'s> Cx<'s> {
                         let end = string_offset(&self.sources[file].text, &tv.span(), offset + 1);
                         let kind = MappingErrorKind::BadTemplate { attribute: attr.clone(), message };
                         self.err_hint(sc, at..end, Some(path), kind, hint);
+                        keys_broken = true;
                         continue;
                     }
                 };
@@ -1203,7 +1205,7 @@ impl<'s> Cx<'s> {
         // Declared columns; placeholders named in them take their position.
         let mut declared: Vec<(ColumnMapping, Origin)> = Vec::new();
         if let Some(v) = t.get("columns") {
-            declared = self.columns(sc, "columns", v, &placeholders);
+            declared = self.columns(sc, "columns", v, &placeholders, keys_broken);
         }
         let mut columns: Vec<ColumnMapping> = Vec::new();
         let mut column_origin: Vec<Origin> = Vec::new();
@@ -1334,6 +1336,7 @@ impl<'s> Cx<'s> {
         path: &str,
         v: &Spanned<DeValue<'_>>,
         placeholders: &Placeholders,
+        keys_broken: bool,
     ) -> Vec<(ColumnMapping, Origin)> {
         let mut out = Vec::new();
         let Some(arr) = self.array(sc, path, v, "an array of column tables") else { return out };
@@ -1342,13 +1345,15 @@ impl<'s> Cx<'s> {
             let Some(ct) = self.table(sc, &p, cv, "a table such as `{ name = \"email\", type = \"string\" }`") else {
                 continue;
             };
-            if let Some((c, span)) = self.column(sc, &p, cv.span(), ct, placeholders) {
+            if let Some((c, span)) = self.column(sc, &p, cv.span(), ct, placeholders, keys_broken) {
                 out.push((c, Origin::Written(span, format!("{p}.name"))));
             }
         }
         out
     }
 
+    /// Reads one column. `keys_broken`: a key template did not compile, so a column without a
+    /// type may be one of its placeholders and is not reported.
     fn column(
         &mut self,
         sc: Scope<'_>,
@@ -1356,6 +1361,7 @@ impl<'s> Cx<'s> {
         span: Range<usize>,
         t: &DeTable<'_>,
         placeholders: &Placeholders,
+        keys_broken: bool,
     ) -> Option<(ColumnMapping, Range<usize>)> {
         self.check_fields(sc, path, t, COLUMN_FIELDS, "a column");
         let Some(nv) = t.get("name") else {
@@ -1427,9 +1433,12 @@ impl<'s> Cx<'s> {
             None => name.clone(),
         };
         let Some(tv) = t.get("type") else {
-            let kind = MappingErrorKind::MissingType { column: name.clone() };
-            let hint = "add a type such as `type = \"string\"`; the type grammar is in mappings/README.md";
-            self.err_hint(sc, span, Some(path.to_owned()), kind, Some(hint.into()));
+            if !keys_broken {
+                let kind = MappingErrorKind::MissingType { column: name.clone() };
+                let hint = "add a type such as `type = \"string\"` (only key placeholders may leave it out); the \
+                            type grammar is in mappings/README.md";
+                self.err_hint(sc, span, Some(path.to_owned()), kind, Some(hint.into()));
+            }
             return None;
         };
         let tpath = format!("{path}.type");
@@ -1677,7 +1686,7 @@ impl<'s> Cx<'s> {
         let cpath = format!("{path}.columns");
         let columns = match t.get("columns") {
             Some(v) => {
-                let cols = self.columns(sc, &cpath, v, &[]);
+                let cols = self.columns(sc, &cpath, v, &[], false);
                 if v.get_ref().as_array().is_some_and(|a| a.is_empty()) {
                     self.err(sc, v.span(), Some(cpath.clone()), MappingErrorKind::Empty { field: "columns".into() });
                 }
@@ -2886,7 +2895,11 @@ on_error = "reject"
                         (e.entity.as_deref().unwrap(), attribute.as_str(), e.position.unwrap().line)
                     })
                     .collect();
-            assert_eq!(got, [("User", "PK", 4), ("User", "SK", 4), ("Order", "PK", 8), ("Order", "SK", 9)], "{e}");
+            assert_eq!(
+                got,
+                [("User", "PK", 4), ("User", "SK", 4), ("Order", "PK", 8), ("Order", "SK", 9), ("Customer", "PK", 14)],
+                "{e}"
+            );
             let cols: Vec<usize> = e.0.iter().map(|e| e.position.unwrap().column).collect();
             // Inside each string: `"USER#{email"` spans columns 15-27, `'PROFILE#{since:epoch_sec}'`
             // 35-61, `"K\u00e9Y\t#{order_id:bogus}"` 15-43, and line 9 holds `ORDER#{x:nope}`.
