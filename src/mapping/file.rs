@@ -410,8 +410,8 @@ pub enum MappingErrorKind {
     MissingTimeFormat { column: String },
     #[error("unknown timestamp format `{format}` for column `{column}`")]
     UnknownTimeFormat { column: String, format: String },
-    #[error("invalid strftime pattern `{pattern}` for column `{column}`")]
-    BadPattern { column: String, pattern: String },
+    #[error("invalid strftime pattern `{pattern}` for column `{column}`: {reason}")]
+    BadPattern { column: String, pattern: String, reason: &'static str },
     #[error("`{format}` is not a date format (column `{column}`)")]
     DateFormat { column: String, format: String },
     #[error("`format` does not apply to column `{column}` of type `{ty}`")]
@@ -1520,8 +1520,8 @@ impl<'s> Cx<'s> {
                 }
                 Some(k) => ts_format = Some(k),
                 None if f.contains('%') => {
-                    if chrono::format::StrftimeItems::new(f).parse().is_err() {
-                        let kind = MappingErrorKind::BadPattern { column: column.into(), pattern: f.clone() };
+                    if let Some(reason) = pattern_problem(f, uses) {
+                        let kind = MappingErrorKind::BadPattern { column: column.into(), pattern: f.clone(), reason };
                         let hint = "see https://docs.rs/chrono/latest/chrono/format/strftime/ for the directives";
                         self.err_hint(sc, span.clone(), Some(fpath.clone()), kind, Some(hint.into()));
                         ok = false;
@@ -1914,6 +1914,32 @@ fn parse_timezone(z: &str) -> Option<String> {
         && z[1..3].parse::<u8>().is_ok_and(|h| h <= 23)
         && z[4..6].parse::<u8>().is_ok_and(|m| m <= 59);
     ok.then(|| z.to_owned())
+}
+
+/// Why a strftime pattern cannot read the column's values, if it cannot.
+fn pattern_problem(p: &str, uses: TimeUse) -> Option<&'static str> {
+    use chrono::format::{Fixed, Item, Numeric};
+    let Ok(items) = chrono::format::StrftimeItems::new(p).parse() else {
+        return Some("it has an unknown or incomplete directive");
+    };
+    let has = |want: &dyn Fn(&Item<'_>) -> bool| items.iter().any(want);
+    let whole =
+        |i: &Item<'_>| matches!(i, Item::Numeric(Numeric::Timestamp, _) | Item::Fixed(Fixed::RFC2822 | Fixed::RFC3339));
+    let hour = |i: &Item<'_>| whole(i) || matches!(i, Item::Numeric(Numeric::Hour | Numeric::Hour12, _));
+    let year = |i: &Item<'_>| {
+        whole(i)
+            || matches!(
+                i,
+                Item::Numeric(Numeric::Year | Numeric::YearMod100 | Numeric::IsoYear | Numeric::IsoYearMod100, _)
+            )
+    };
+    if !has(&year) {
+        return Some("it reads no year");
+    }
+    if uses.timestamp && !has(&hour) {
+        return Some("it reads no time of day (`%H`, `%I`, `%T`, ...); a `date` column holds dates alone");
+    }
+    None
 }
 
 fn pattern_has_offset(p: &str) -> bool {
