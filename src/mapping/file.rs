@@ -2908,6 +2908,12 @@ on_error = "reject"
 
         snapshot!(placeholder_conflict, placeholder_column, key_prefix_template);
 
+        /// Shows the template engine's messages and hints: re-accept it when they change.
+        #[test]
+        fn bad_template_rendered() {
+            insta::assert_snapshot!("bad_template", broken("bad_template"));
+        }
+
         /// Template errors point into the TOML string, escapes undone. Checked structurally, as
         /// the messages and exact offsets are the template engine's.
         #[test]
