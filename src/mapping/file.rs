@@ -1,0 +1,2990 @@
+//! Mapping files: the TOML format that names each entity's table, key templates and typed
+//! columns, and its compiler into a [`Mapping`] the pipeline applies.
+//!
+//! Loading is all-or-nothing: every file is read, every problem in every file is collected, and
+//! either a fully checked [`Mapping`] comes back or a [`MappingErrors`] listing all of them, each
+//! with file, line, column, entity and field, rendered like rustc. The format reference is
+//! `mappings/README.md`; the rules it states are enforced here and nowhere else.
+//!
+//! This module reads files and never sees an item. What only data can tell (a key that does not
+//! match its template, an attribute disagreeing with the key placeholder of the same name) is the
+//! pipeline's to check, with the [`ErrorPolicy`] chosen here.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+use toml::de::{DeArray, DeTable, DeValue};
+
+use super::template::{KeyTemplate, PlaceholderType, TemplateError, TimeUnit};
+use crate::normalize::naming::snake_case;
+
+// ---------------------------------------------------------------------------------------------
+// The compiled mapping
+// ---------------------------------------------------------------------------------------------
+
+/// A compiled, fully checked mapping: every file's entities, checked together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// The files read, in load order.
+    pub files: Vec<PathBuf>,
+    /// The attribute naming each item's entity (`Type` by default).
+    pub type_attribute: String,
+    pub unmatched: UnmatchedPolicy,
+    /// Files in load order, entities in the order written.
+    pub entities: Vec<EntityMapping>,
+}
+
+/// One entity: which items it takes and the table they become.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntityMapping {
+    /// As written after `entity.` (free text, for messages).
+    pub name: String,
+    /// A valid table name: `[a-z][a-z0-9_]*`.
+    pub table: String,
+    /// Type-attribute values routed here; never empty, unique across the mapping.
+    pub match_types: Vec<String>,
+    /// `(attribute, prefix)` in the order written: an item without the type attribute belongs
+    /// here when every listed attribute is a string starting with its prefix. Items are tried
+    /// against entities in [`Mapping::entities`] order; the first match wins.
+    pub key_prefix: Vec<(String, String)>,
+    /// Key templates in the order written.
+    pub keys: Vec<KeyMapping>,
+    /// The output columns in their final order, key-derived columns included.
+    pub columns: Vec<ColumnMapping>,
+    /// Attributes not kept anywhere (not even in `_extra`). A dropped key attribute is still
+    /// parsed by its template.
+    pub drop: Vec<String>,
+    pub unmapped: UnmappedPolicy,
+    pub on_error: ErrorPolicy,
+    pub children: Vec<ChildMapping>,
+    /// The file this entity was written in.
+    pub file: PathBuf,
+}
+
+/// A key attribute and the template its values follow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyMapping {
+    pub attribute: String,
+    pub template: KeyTemplate,
+}
+
+/// One output column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnMapping {
+    pub name: String,
+    pub source: ColumnSource,
+    pub ty: DeclaredType,
+    /// An item whose value for this column is absent or `NULL` is rejected, whatever the
+    /// entity's [`ErrorPolicy`].
+    pub required: bool,
+}
+
+/// Where a column's values come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnSource {
+    /// The attribute of that name (in a child table: the field of the list element).
+    Attribute(String),
+    /// A key-template placeholder. For a placeholder in several keys, the first key that has it
+    /// (the others, and an attribute named like the placeholder, must agree with it; see
+    /// `mappings/README.md`).
+    Key { attribute: String, placeholder: String },
+}
+
+/// A child table: one row per element of a list-of-maps attribute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildMapping {
+    pub table: String,
+    /// The parent attribute holding an `L` of `M`.
+    pub source: String,
+    /// The column holding the element's 0-based index.
+    pub position: String,
+    /// Parent columns copied into each child row, first in the child table.
+    pub parent_columns: Vec<String>,
+    /// The element's fields; every source is [`ColumnSource::Attribute`].
+    pub columns: Vec<ColumnMapping>,
+}
+
+/// What to do with attributes no column names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnmappedPolicy {
+    /// Keep them, as DynamoDB JSON, in the table's `_extra` column.
+    #[default]
+    Extra,
+    Drop,
+    /// Send the item to the rejects table.
+    Reject,
+}
+
+/// What to do with a value that cannot be coerced, or a key that does not match its template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorPolicy {
+    /// Send the item to the rejects table.
+    #[default]
+    Reject,
+    /// Keep the row with a null in that column, and count it.
+    Null,
+}
+
+/// What to do with items whose type value no entity matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnmatchedPolicy {
+    /// Write them to inferred tables, as etl does without a mapping.
+    #[default]
+    Infer,
+    Reject,
+}
+
+/// A column type as declared in a mapping file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeclaredType {
+    Int64,
+    Decimal {
+        precision: u8,
+        scale: i8,
+    },
+    /// Exact canonical decimal text of any size (`decimal` without parameters, or a `decimal`
+    /// key placeholder).
+    DecimalText,
+    Float64,
+    Utf8,
+    Bool,
+    Binary,
+    Timestamp {
+        unit: TimeUnit,
+        format: TimestampFormat,
+        /// `UTC` or a fixed offset such as `+02:00`, applied to values that carry no offset.
+        tz: String,
+    },
+    /// `format: None` reads `YYYY-MM-DD`.
+    Date {
+        format: Option<String>,
+    },
+    /// Lossless DynamoDB JSON text.
+    Json,
+    List(Box<DeclaredType>),
+    /// From `SS`, `NS` or `BS`.
+    Set(Box<DeclaredType>),
+    Struct(Vec<(String, DeclaredType)>),
+    /// `map<string, T>`: the key type is always `string`.
+    Map(Box<DeclaredType>),
+}
+
+/// How timestamp values are written in the data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimestampFormat {
+    EpochS,
+    EpochMs,
+    EpochUs,
+    /// ISO 8601 / RFC 3339 text.
+    Iso8601,
+    /// A chrono strftime pattern.
+    Pattern(String),
+}
+
+impl Mapping {
+    /// The entity whose `match` lists this type-attribute value.
+    pub fn entity_for_type(&self, value: &str) -> Option<&EntityMapping> {
+        self.entities.iter().find(|e| e.match_types.iter().any(|m| m == value))
+    }
+}
+
+impl EntityMapping {
+    /// The attributes this entity consumes, so that [`EntityMapping::unmapped`] does not apply
+    /// to them: key attributes, attributes named like a key placeholder (duplicates of key
+    /// columns), column sources, child-table sources and dropped attributes. The mapping's type
+    /// attribute is consumed too but is not listed here.
+    pub fn claimed_attributes(&self) -> BTreeSet<&str> {
+        let mut out = BTreeSet::new();
+        for k in &self.keys {
+            out.insert(k.attribute.as_str());
+        }
+        for c in &self.columns {
+            match &c.source {
+                ColumnSource::Attribute(a) => out.insert(a.as_str()),
+                ColumnSource::Key { placeholder, .. } => out.insert(placeholder.as_str()),
+            };
+        }
+        out.extend(self.children.iter().map(|c| c.source.as_str()));
+        out.extend(self.drop.iter().map(String::as_str));
+        out
+    }
+}
+
+impl UnmappedPolicy {
+    const NAMES: &[(&str, UnmappedPolicy)] =
+        &[("extra", UnmappedPolicy::Extra), ("drop", UnmappedPolicy::Drop), ("reject", UnmappedPolicy::Reject)];
+}
+
+impl ErrorPolicy {
+    const NAMES: &[(&str, ErrorPolicy)] = &[("reject", ErrorPolicy::Reject), ("null", ErrorPolicy::Null)];
+}
+
+impl UnmatchedPolicy {
+    const NAMES: &[(&str, UnmatchedPolicy)] = &[("infer", UnmatchedPolicy::Infer), ("reject", UnmatchedPolicy::Reject)];
+}
+
+impl DeclaredType {
+    /// The canonical type text, as it would be written in a mapping file: `decimal(12,2)`,
+    /// `list<string>`, `struct<city: string, zip: string>`, `map<string, json>`.
+    pub fn label(&self) -> String {
+        match self {
+            DeclaredType::Int64 => "int64".into(),
+            DeclaredType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+            DeclaredType::DecimalText => "decimal".into(),
+            DeclaredType::Float64 => "float64".into(),
+            DeclaredType::Utf8 => "string".into(),
+            DeclaredType::Bool => "bool".into(),
+            DeclaredType::Binary => "binary".into(),
+            DeclaredType::Timestamp { .. } => "timestamp".into(),
+            DeclaredType::Date { .. } => "date".into(),
+            DeclaredType::Json => "json".into(),
+            DeclaredType::List(t) => format!("list<{}>", t.label()),
+            DeclaredType::Set(t) => format!("set<{}>", t.label()),
+            DeclaredType::Struct(fields) => {
+                let fields: Vec<String> =
+                    fields.iter().map(|(n, t)| format!("{}: {}", struct_field_label(n), t.label())).collect();
+                format!("struct<{}>", fields.join(", "))
+            }
+            DeclaredType::Map(t) => format!("map<string, {}>", t.label()),
+        }
+    }
+
+    /// The column type a key placeholder of this type gives.
+    pub fn of_placeholder(ty: &PlaceholderType) -> DeclaredType {
+        let ts = |unit, format| DeclaredType::Timestamp { unit, format, tz: UTC.into() };
+        match ty {
+            PlaceholderType::String | PlaceholderType::Uuid => DeclaredType::Utf8,
+            PlaceholderType::Int { .. } => DeclaredType::Int64,
+            PlaceholderType::Decimal => DeclaredType::DecimalText,
+            PlaceholderType::EpochS => ts(TimeUnit::Second, TimestampFormat::EpochS),
+            PlaceholderType::EpochMs => ts(TimeUnit::Millisecond, TimestampFormat::EpochMs),
+            PlaceholderType::Iso8601 => ts(TimeUnit::Microsecond, TimestampFormat::Iso8601),
+            PlaceholderType::Date => DeclaredType::Date { format: None },
+        }
+    }
+
+    fn contains(&self, pred: &dyn Fn(&DeclaredType) -> bool) -> bool {
+        pred(self)
+            || match self {
+                DeclaredType::List(t) | DeclaredType::Set(t) | DeclaredType::Map(t) => t.contains(pred),
+                DeclaredType::Struct(fields) => fields.iter().any(|(_, t)| t.contains(pred)),
+                _ => false,
+            }
+    }
+
+    /// Sets the format of every timestamp and date inside.
+    fn apply_time(&mut self, f: &TimeFormats) {
+        match self {
+            DeclaredType::Timestamp { unit, format, tz } => {
+                if let Some((u, fm, z)) = &f.timestamp {
+                    (*unit, *format, *tz) = (*u, fm.clone(), z.clone());
+                }
+            }
+            DeclaredType::Date { format } => format.clone_from(&f.date),
+            DeclaredType::List(t) | DeclaredType::Set(t) | DeclaredType::Map(t) => t.apply_time(f),
+            DeclaredType::Struct(fields) => fields.iter_mut().for_each(|(_, t)| t.apply_time(f)),
+            _ => {}
+        }
+    }
+}
+
+/// A column's `format` and `timezone`, resolved: unit, format and zone for its timestamps, the
+/// pattern for its dates.
+#[derive(Default)]
+struct TimeFormats {
+    timestamp: Option<(TimeUnit, TimestampFormat, String)>,
+    date: Option<String>,
+}
+
+/// Whether a type holds timestamps and dates (anywhere inside).
+#[derive(Clone, Copy)]
+struct TimeUse {
+    timestamp: bool,
+    date: bool,
+}
+
+fn struct_field_label(name: &str) -> String {
+    if !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-') {
+        name.to_owned()
+    } else {
+        format!("`{name}`")
+    }
+}
+
+const UTC: &str = "UTC";
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// Every problem found in the mapping files; nothing was compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingErrors(pub Vec<MappingError>);
+
+/// One problem, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingError {
+    pub file: PathBuf,
+    /// Of the offending key or value; `None` for problems with a whole file.
+    pub position: Option<Position>,
+    pub entity: Option<String>,
+    /// A path inside the entity (or the file): `columns[3].type`, `keys.PK`, `settings.unmapped`.
+    /// Array indexes are 0-based.
+    pub field: Option<String>,
+    pub kind: MappingErrorKind,
+    pub hint: Option<String>,
+    /// The source line, for display.
+    pub snippet: Option<Snippet>,
+}
+
+/// 1-based line and column; the column counts characters, not bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub line: usize,
+    pub column: usize,
+}
+
+/// The offending line with the span to underline (in characters, 0-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snippet {
+    pub line_text: String,
+    pub start: usize,
+    pub len: usize,
+}
+
+/// What is wrong; the facts of each problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MappingErrorKind {
+    #[error("cannot read the mapping: {message}")]
+    Io { message: String },
+    #[error("no mapping files given")]
+    NoFiles,
+    #[error("no `.toml` files in folder `{}`", folder.display())]
+    NoTomlFiles { folder: PathBuf },
+    #[error("invalid TOML: {message}")]
+    Syntax { message: String },
+    #[error("unknown field `{field}` in {context}")]
+    UnknownField { field: String, context: &'static str },
+    #[error("`{field}` must be {expected}, not {found}")]
+    WrongValueType { field: String, expected: &'static str, found: &'static str },
+    #[error("{context} has no `{field}`")]
+    MissingField { field: &'static str, context: String },
+    #[error("`{field}` is empty")]
+    Empty { field: String },
+    #[error("`{field}` lists `{value}` twice")]
+    DuplicateValue { field: String, value: String },
+    #[error("unknown value `{value}` for `{field}`")]
+    BadValue { field: &'static str, value: String },
+    #[error("invalid table name `{table}`")]
+    InvalidTableName { table: String },
+    #[error("table `{table}` is already written by {first}")]
+    DuplicateTable { table: String, first: String },
+    #[error("type value `{value}` is already matched by {first}")]
+    DuplicateMatch { value: String, first: String },
+    #[error("{first} already claims untyped items with the same key prefixes")]
+    DuplicateKeyPrefix { first: String },
+    #[error("column `{column}` appears twice in table `{table}`")]
+    DuplicateColumn { table: String, column: String },
+    #[error("column name `{column}` starts with `_`, which is reserved for etl's own columns")]
+    ReservedColumnName { column: String },
+    #[error("{}", unknown_type_message(.name, .text, .column))]
+    UnknownType { column: String, name: String, text: String },
+    #[error("invalid type `{text}` for column `{column}`: {message}")]
+    TypeSyntax { column: String, text: String, message: String },
+    #[error("decimal precision {precision} in `{text}` is out of range for column `{column}`")]
+    DecimalPrecision { column: String, text: String, precision: u64 },
+    #[error("decimal scale {scale} exceeds the precision {precision} in `{text}` for column `{column}`")]
+    DecimalScale { column: String, text: String, precision: u64, scale: u64 },
+    #[error("sets cannot hold `{element}` (column `{column}`)")]
+    SetElement { column: String, element: String },
+    #[error("map keys must be `string`, not `{key}` (column `{column}`)")]
+    MapKey { column: String, key: String },
+    #[error("column `{column}` has no `type`")]
+    MissingType { column: String },
+    #[error("column `{column}` holds timestamps but has no `format`")]
+    MissingTimeFormat { column: String },
+    #[error("unknown timestamp format `{format}` for column `{column}`")]
+    UnknownTimeFormat { column: String, format: String },
+    #[error("invalid strftime pattern `{pattern}` for column `{column}`: {reason}")]
+    BadPattern { column: String, pattern: String, reason: &'static str },
+    #[error("`{format}` is not a date format (column `{column}`)")]
+    DateFormat { column: String, format: String },
+    #[error("`format` does not apply to column `{column}` of type `{ty}`")]
+    FormatNotApplicable { column: String, ty: String },
+    #[error("`timezone` has no effect on column `{column}`: {reason}")]
+    TimezoneNotApplicable { column: String, reason: &'static str },
+    #[error("unknown timezone `{timezone}` for column `{column}`")]
+    BadTimezone { column: String, timezone: String },
+    #[error("invalid key template for `{attribute}`: {message}")]
+    BadTemplate { attribute: String, message: String },
+    #[error("placeholder `{placeholder}` is `{ty}` in `{attribute}` but `{first_ty}` in `{first_attribute}`")]
+    PlaceholderConflict {
+        placeholder: String,
+        attribute: String,
+        ty: String,
+        first_attribute: String,
+        first_ty: String,
+    },
+    #[error(
+        "column `{column}` is declared `{declared}`, but it comes from placeholder `{{{column}:{placeholder_type}}}` of key `{attribute}`"
+    )]
+    IncompatibleType { column: String, declared: String, placeholder_type: String, attribute: String },
+    #[error("column `{column}` comes from key `{attribute}` and cannot have a `{field}`")]
+    PlaceholderColumnField { column: String, attribute: String, field: &'static str },
+    #[error("attribute `{attribute}` is in `drop`, but {reader} reads it")]
+    DropConflict { attribute: String, reader: String },
+    #[error("child table `{table}` copies `{column}`, which is not a column of table `{parent}`")]
+    UnknownParentColumn { table: String, column: String, parent: String },
+    #[error("child table `{table}` has no `parent_columns`, and its parent has no key placeholders to copy")]
+    NoParentColumns { table: String },
+    #[error("key prefix `{prefix}` for `{attribute}` can never match its template `{template}`")]
+    KeyPrefixMismatch { attribute: String, prefix: String, template: String },
+    #[error("setting `{setting}` is `{value}` here but `{other}` in {other_at}")]
+    SettingConflict { setting: &'static str, value: String, other: String, other_at: String },
+    #[error("the mapping defines no entities")]
+    NoEntities,
+}
+
+/// Names the whole type when the unknown name is its head (`decimall(12,2)`), else both.
+fn unknown_type_message(name: &str, text: &str, column: &str) -> String {
+    let text = text.trim();
+    let head =
+        text.strip_prefix(name).is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'));
+    if head {
+        format!("unknown type `{text}` for column `{column}`")
+    } else {
+        format!("unknown type `{name}` in `{text}` for column `{column}`")
+    }
+}
+
+impl MappingError {
+    /// The one-line message (without location or hint).
+    pub fn message(&self) -> String {
+        self.kind.to_string()
+    }
+}
+
+impl fmt::Display for MappingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "error: {}", self.kind)?;
+        write!(f, "  --> {}", self.file.display())?;
+        if let Some(p) = self.position {
+            write!(f, ":{}:{}", p.line, p.column)?;
+        }
+        match (&self.entity, &self.field) {
+            (Some(e), Some(fl)) => write!(f, " (entity `{e}`, field `{fl}`)")?,
+            (Some(e), None) => write!(f, " (entity `{e}`)")?,
+            (None, Some(fl)) => write!(f, " (field `{fl}`)")?,
+            (None, None) => {}
+        }
+        if let (Some(s), Some(p)) = (&self.snippet, self.position) {
+            let number = p.line.to_string();
+            let pad = " ".repeat(number.len());
+            write!(f, "\n{pad} |\n{number} | {}\n{pad} | {}{}", s.line_text, " ".repeat(s.start), "^".repeat(s.len))?;
+        }
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for MappingError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.kind)
+    }
+}
+
+impl fmt::Display for MappingErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in &self.0 {
+            writeln!(f, "{e}\n")?;
+        }
+        let n = self.0.len();
+        write!(f, "{n} {} in the mapping; nothing was run", if n == 1 { "problem" } else { "problems" })
+    }
+}
+
+impl std::error::Error for MappingErrors {}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------------------------
+
+/// Loads and compiles mapping files. A folder stands for every `*.toml` file directly in it
+/// (sorted by name; names starting with `.` are skipped). A file given twice is read once.
+pub fn load(paths: &[PathBuf]) -> Result<Mapping, MappingErrors> {
+    let mut errors = Vec::new();
+    let io = |file: &Path, kind: MappingErrorKind| MappingError {
+        file: file.to_owned(),
+        position: None,
+        entity: None,
+        field: None,
+        kind,
+        hint: None,
+        snippet: None,
+    };
+    let mut files: Vec<PathBuf> = Vec::new();
+    for path in paths {
+        match fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => match fs::read_dir(path) {
+                Ok(entries) => {
+                    let mut found: Vec<PathBuf> = entries
+                        .filter_map(Result::ok)
+                        .map(|e| e.path())
+                        .filter(|p| {
+                            p.extension().is_some_and(|x| x == "toml")
+                                && p.file_name().is_some_and(|n| !n.to_string_lossy().starts_with('.'))
+                                && p.is_file()
+                        })
+                        .collect();
+                    found.sort();
+                    if found.is_empty() {
+                        errors.push(io(path, MappingErrorKind::NoTomlFiles { folder: path.clone() }));
+                    }
+                    files.extend(found);
+                }
+                Err(e) => errors.push(io(path, MappingErrorKind::Io { message: e.to_string() })),
+            },
+            Ok(_) => files.push(path.clone()),
+            Err(e) => errors.push(io(path, MappingErrorKind::Io { message: e.to_string() })),
+        }
+    }
+    let mut seen = BTreeSet::new();
+    files.retain(|p| seen.insert(fs::canonicalize(p).unwrap_or_else(|_| p.clone())));
+    let mut sources = Vec::new();
+    for file in files {
+        match fs::read(&file) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => sources.push(Source::new(file, text)),
+                Err(_) => errors.push(io(&file, MappingErrorKind::Io { message: "the file is not UTF-8 text".into() })),
+            },
+            Err(e) => errors.push(io(&file, MappingErrorKind::Io { message: e.to_string() })),
+        }
+    }
+    if paths.is_empty() {
+        errors.push(io(Path::new(""), MappingErrorKind::NoFiles));
+    }
+    compile(&sources, errors)
+}
+
+/// Compiles one mapping file's text; `file` is used in the result and in messages only.
+pub fn parse_str(file: &Path, text: &str) -> Result<Mapping, MappingErrors> {
+    compile(&[Source::new(file.to_owned(), text.to_owned())], Vec::new())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sources and positions
+// ---------------------------------------------------------------------------------------------
+
+struct Source {
+    path: PathBuf,
+    text: String,
+    line_starts: Vec<usize>,
+}
+
+impl Source {
+    fn new(path: PathBuf, text: String) -> Source {
+        let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        Source { path, text, line_starts }
+    }
+
+    fn floor(&self, offset: usize) -> usize {
+        let mut o = offset.min(self.text.len());
+        while !self.text.is_char_boundary(o) {
+            o -= 1;
+        }
+        o
+    }
+
+    /// The line index (0-based), its start and end (without the line break).
+    fn line_of(&self, offset: usize) -> (usize, usize, usize) {
+        let line = self.line_starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let start = self.line_starts.get(line).copied().unwrap_or(0);
+        let end = self.line_starts.get(line + 1).map_or(self.text.len(), |&e| e.saturating_sub(1));
+        let end = if self.text.get(start..end).is_some_and(|l| l.ends_with('\r')) { end - 1 } else { end };
+        (line, start, end.max(start))
+    }
+
+    fn position(&self, offset: usize) -> Position {
+        let offset = self.floor(offset);
+        let (line, start, _) = self.line_of(offset);
+        let column = self.text.get(start..offset).map_or(0, |s| s.chars().count()) + 1;
+        Position { line: line + 1, column }
+    }
+
+    fn snippet(&self, span: &Range<usize>) -> Snippet {
+        let from = self.floor(span.start);
+        let (_, start, end) = self.line_of(from);
+        let line = self.text.get(start..end).unwrap_or("");
+        let col = self.text.get(start..from.min(end)).map_or(0, |s| s.chars().count());
+        let to = self.floor(span.end.min(end)).max(from);
+        let len = self.text.get(from..to).map_or(0, |s| s.chars().count()).max(1);
+        Snippet { line_text: line.replace('\t', " "), start: col, len }
+    }
+
+    fn location(&self, offset: usize) -> String {
+        let p = self.position(offset);
+        format!("{}:{}:{}", self.path.display(), p.line, p.column)
+    }
+}
+
+/// The byte offset in the file of the character `char_offset` of a string value whose token
+/// (quotes included) spans `span`, undoing TOML escapes in basic strings.
+fn string_offset(text: &str, span: &Range<usize>, char_offset: usize) -> usize {
+    let Some(raw) = text.get(span.clone()) else { return span.start };
+    let (delim, basic) = if raw.starts_with("\"\"\"") {
+        (3, true)
+    } else if raw.starts_with("'''") {
+        (3, false)
+    } else if raw.starts_with('"') {
+        (1, true)
+    } else if raw.starts_with('\'') {
+        (1, false)
+    } else {
+        return span.start;
+    };
+    let mut i = delim;
+    if delim == 3 {
+        // A line break right after the opening delimiter is not part of the string.
+        if raw[i..].starts_with("\r\n") {
+            i += 2;
+        } else if raw[i..].starts_with('\n') {
+            i += 1;
+        }
+    }
+    let end = raw.len().saturating_sub(delim).max(i);
+    let mut n = 0;
+    while i < end && n < char_offset {
+        let Some(c) = raw.get(i..).and_then(|s| s.chars().next()) else { break };
+        if basic && c == '\\' {
+            let next = raw.get(i + 1..).and_then(|s| s.chars().next());
+            match next {
+                Some('u') => (i, n) = (i + 6, n + 1),
+                Some('U') => (i, n) = (i + 10, n + 1),
+                Some('x') => (i, n) = (i + 4, n + 1),
+                // A line-ending backslash swallows the break and the whitespace after it.
+                Some(w) if delim == 3 && w.is_whitespace() => {
+                    i += 1;
+                    while let Some(w) = raw.get(i..).and_then(|s| s.chars().next()).filter(|w| w.is_whitespace()) {
+                        i += w.len_utf8();
+                    }
+                }
+                Some(e) => (i, n) = (i + 1 + e.len_utf8(), n + 1),
+                None => i += 1,
+            }
+        } else {
+            i += c.len_utf8();
+            n += 1;
+        }
+    }
+    span.start + i.min(end)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compilation
+// ---------------------------------------------------------------------------------------------
+
+/// The most deeply nested type accepted (`list<list<...>>`).
+const MAX_TYPE_DEPTH: usize = 32;
+
+const TOP_FIELDS: &[&str] = &["settings", "entity"];
+const SETTINGS_FIELDS: &[&str] = &["type_attribute", "unmapped", "on_error", "unmatched"];
+const ENTITY_FIELDS: &[&str] =
+    &["table", "match", "key_prefix", "keys", "drop", "unmapped", "on_error", "columns", "children"];
+const COLUMN_FIELDS: &[&str] = &["name", "source", "type", "required", "format", "timezone"];
+const CHILD_FIELDS: &[&str] = &["table", "source", "position", "parent_columns", "columns"];
+
+/// Where an error is reported: a file, and the entity being read.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    file: usize,
+    entity: Option<&'a str>,
+}
+
+struct Pending {
+    file: usize,
+    offset: usize,
+    error: MappingError,
+}
+
+struct Cx<'s> {
+    sources: &'s [Source],
+    errors: Vec<Pending>,
+}
+
+/// Key placeholders of an entity, in key order: name, the first key attribute holding it, type.
+type Placeholders = [(String, String, PlaceholderType)];
+
+/// What a child table needs of its parent entity.
+struct Parent<'a> {
+    table: &'a str,
+    columns: &'a [ColumnMapping],
+    placeholders: &'a Placeholders,
+}
+
+/// Where a column name comes from: written at a span and field path, or implied (described).
+#[derive(Clone)]
+enum Origin {
+    Written(Range<usize>, String),
+    Implicit(&'static str),
+}
+
+/// A setting as written in one file.
+struct SettingValue {
+    value: String,
+    file: usize,
+    span: Range<usize>,
+}
+
+#[derive(Default)]
+struct Settings {
+    type_attribute: Vec<SettingValue>,
+    unmapped: Vec<SettingValue>,
+    on_error: Vec<SettingValue>,
+    unmatched: Vec<SettingValue>,
+}
+
+/// An entity compiled as far as one entity can be, with what the cross-entity checks need.
+struct Draft {
+    entity: EntityMapping,
+    file: usize,
+    name_span: Range<usize>,
+    /// The `table` value, or the entity's name when the table is the default.
+    table_span: Range<usize>,
+    table_written: bool,
+    match_spans: Vec<Range<usize>>,
+    key_prefix_span: Option<Range<usize>>,
+    /// Per child: the `table` value (or its `source` when the table is the default) and
+    /// whether `table` was written.
+    child_table_spans: Vec<(Range<usize>, bool)>,
+    unmapped: Option<UnmappedPolicy>,
+    on_error: Option<ErrorPolicy>,
+}
+
+fn compile(sources: &[Source], mut early: Vec<MappingError>) -> Result<Mapping, MappingErrors> {
+    let mut cx = Cx { sources, errors: Vec::new() };
+    let mut settings = Settings::default();
+    let mut drafts = Vec::new();
+    let mut saw_entity = false;
+    let mut unreadable = false;
+    for (i, src) in sources.iter().enumerate() {
+        let (doc, mut errs) = DeTable::parse_recoverable(&src.text);
+        if !errs.is_empty() {
+            // Later syntax errors are mostly echoes of the first; report that one only.
+            errs.sort_by_key(|e| e.span().map_or(0, |s| s.start));
+            let e = &errs[0];
+            let span = e.span().unwrap_or(0..0);
+            cx.err(
+                Scope { file: i, entity: None },
+                span,
+                None,
+                MappingErrorKind::Syntax { message: e.message().into() },
+            );
+            unreadable = true;
+            continue;
+        }
+        saw_entity |= cx.document(i, doc.get_ref(), &mut settings, &mut drafts);
+    }
+    let mapping = cx.finish(settings, drafts);
+    if !saw_entity && !unreadable && early.is_empty() && !sources.is_empty() {
+        cx.errors.push(Pending {
+            file: 0,
+            offset: 0,
+            error: MappingError {
+                file: sources[0].path.clone(),
+                position: None,
+                entity: None,
+                field: None,
+                kind: MappingErrorKind::NoEntities,
+                hint: Some(
+                    "add an entity such as `[entity.User]` with `table = \"users\"`; see mappings/README.md".into(),
+                ),
+                snippet: None,
+            },
+        });
+    }
+    cx.errors.sort_by_key(|p| (p.file, p.offset));
+    early.extend(cx.errors.into_iter().map(|p| p.error));
+    if early.is_empty() { Ok(mapping) } else { Err(MappingErrors(early)) }
+}
+
+/// A short name for a TOML value's kind, for messages.
+fn found(v: &DeValue<'_>) -> &'static str {
+    match v {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date-time",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+type Entry<'t, 'i> = (&'t Spanned<Cow<'i, str>>, &'t Spanned<DeValue<'i>>);
+
+/// A table's entries in the order written (TOML maps may iterate sorted by key).
+fn entries<'t, 'i>(t: &'t DeTable<'i>) -> Vec<Entry<'t, 'i>> {
+    let mut v: Vec<_> = t.iter().collect();
+    v.sort_by_key(|(k, _)| k.span().start);
+    v
+}
+
+fn join_field(prefix: &str, field: &str) -> String {
+    if prefix.is_empty() { field.to_owned() } else { format!("{prefix}.{field}") }
+}
+
+impl<'s> Cx<'s> {
+    fn err(&mut self, sc: Scope<'_>, span: Range<usize>, field: Option<String>, kind: MappingErrorKind) {
+        self.err_hint(sc, span, field, kind, None);
+    }
+
+    fn err_hint(
+        &mut self,
+        sc: Scope<'_>,
+        span: Range<usize>,
+        field: Option<String>,
+        kind: MappingErrorKind,
+        hint: Option<String>,
+    ) {
+        let src = &self.sources[sc.file];
+        self.errors.push(Pending {
+            file: sc.file,
+            offset: span.start,
+            error: MappingError {
+                file: src.path.clone(),
+                position: Some(src.position(span.start)),
+                entity: sc.entity.map(str::to_owned),
+                field,
+                kind,
+                hint,
+                snippet: Some(src.snippet(&span)),
+            },
+        });
+    }
+
+    fn location(&self, file: usize, offset: usize) -> String {
+        self.sources[file].location(offset)
+    }
+
+    fn wrong_type(&mut self, sc: Scope<'_>, path: &str, v: &Spanned<DeValue<'_>>, expected: &'static str) {
+        let field = path.rsplit('.').next().unwrap_or(path).to_owned();
+        let kind = MappingErrorKind::WrongValueType { field, expected, found: found(v.get_ref()) };
+        self.err(sc, v.span(), Some(path.to_owned()), kind);
+    }
+
+    fn string<'v>(&mut self, sc: Scope<'_>, path: &str, v: &'v Spanned<DeValue<'_>>) -> Option<&'v str> {
+        match v.get_ref() {
+            DeValue::String(s) => Some(s.as_ref()),
+            _ => {
+                self.wrong_type(sc, path, v, "a string");
+                None
+            }
+        }
+    }
+
+    /// A string that must not be empty.
+    fn name(&mut self, sc: Scope<'_>, path: &str, v: &Spanned<DeValue<'_>>) -> Option<String> {
+        let s = self.string(sc, path, v)?;
+        if s.is_empty() {
+            let field = path.rsplit('.').next().unwrap_or(path).to_owned();
+            self.err(sc, v.span(), Some(path.to_owned()), MappingErrorKind::Empty { field });
+            return None;
+        }
+        Some(s.to_owned())
+    }
+
+    fn table<'v, 'i>(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        v: &'v Spanned<DeValue<'i>>,
+        expected: &'static str,
+    ) -> Option<&'v DeTable<'i>> {
+        match v.get_ref() {
+            DeValue::Table(t) => Some(t),
+            _ => {
+                self.wrong_type(sc, path, v, expected);
+                None
+            }
+        }
+    }
+
+    fn array<'v, 'i>(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        v: &'v Spanned<DeValue<'i>>,
+        expected: &'static str,
+    ) -> Option<&'v DeArray<'i>> {
+        match v.get_ref() {
+            DeValue::Array(a) => Some(a),
+            _ => {
+                self.wrong_type(sc, path, v, expected);
+                None
+            }
+        }
+    }
+
+    /// An array of non-empty strings, each with its span and path; duplicates reported.
+    fn string_list(&mut self, sc: Scope<'_>, path: &str, v: &Spanned<DeValue<'_>>) -> Vec<(String, Range<usize>)> {
+        let mut out: Vec<(String, Range<usize>)> = Vec::new();
+        let Some(arr) = self.array(sc, path, v, "an array of strings") else { return out };
+        for (i, item) in arr.iter().enumerate() {
+            let p = format!("{path}[{i}]");
+            match item.get_ref() {
+                DeValue::String(_) => {
+                    if let Some(s) = self.name(sc, &p, item) {
+                        if out.iter().any(|(o, _)| *o == s) {
+                            let field = path.rsplit('.').next().unwrap_or(path).to_owned();
+                            self.err(sc, item.span(), Some(p), MappingErrorKind::DuplicateValue { field, value: s });
+                        } else {
+                            out.push((s, item.span()));
+                        }
+                    }
+                }
+                _ => self.wrong_type(sc, &p, item, "a string"),
+            }
+        }
+        out
+    }
+
+    fn bool(&mut self, sc: Scope<'_>, path: &str, v: &Spanned<DeValue<'_>>) -> Option<bool> {
+        match v.get_ref() {
+            DeValue::Boolean(b) => Some(*b),
+            _ => {
+                self.wrong_type(sc, path, v, "`true` or `false`");
+                None
+            }
+        }
+    }
+
+    fn choice<T: Copy>(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        field: &'static str,
+        v: &Spanned<DeValue<'_>>,
+        names: &[(&str, T)],
+    ) -> Option<T> {
+        let s = self.string(sc, path, v)?;
+        if let Some((_, t)) = names.iter().find(|(n, _)| *n == s) {
+            return Some(*t);
+        }
+        let options: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+        let hint = match closest(s, &options) {
+            Some(c) => format!("did you mean `{c}`? (one of {})", backticked(&options)),
+            None => format!("expected one of {}", backticked(&options)),
+        };
+        self.err_hint(
+            sc,
+            v.span(),
+            Some(path.to_owned()),
+            MappingErrorKind::BadValue { field, value: s.into() },
+            Some(hint),
+        );
+        None
+    }
+
+    /// Reports keys of `t` not in `allowed`.
+    fn check_fields(&mut self, sc: Scope<'_>, prefix: &str, t: &DeTable<'_>, allowed: &[&str], context: &'static str) {
+        for (k, _) in entries(t) {
+            let key = k.get_ref().as_ref();
+            if allowed.contains(&key) {
+                continue;
+            }
+            let hint = unknown_field_hint(key, allowed, context);
+            let kind = MappingErrorKind::UnknownField { field: key.to_owned(), context };
+            self.err_hint(sc, k.span(), Some(join_field(prefix, key)), kind, Some(hint));
+        }
+    }
+
+    /// Reads one file; returns whether it has an `entity` table with at least one entry.
+    fn document(&mut self, file: usize, doc: &DeTable<'_>, settings: &mut Settings, drafts: &mut Vec<Draft>) -> bool {
+        let sc = Scope { file, entity: None };
+        self.check_fields(sc, "", doc, TOP_FIELDS, "the mapping's top level");
+        if let Some(v) = doc.get("settings")
+            && let Some(t) = self.table(sc, "settings", v, "a table (`[settings]`)")
+        {
+            self.check_fields(sc, "settings", t, SETTINGS_FIELDS, "`[settings]`");
+            for (k, v) in entries(t) {
+                let path = format!("settings.{}", k.get_ref());
+                let (list, ok) = match k.get_ref().as_ref() {
+                    "type_attribute" => (&mut settings.type_attribute, self.name(sc, &path, v).is_some()),
+                    "unmapped" => {
+                        (&mut settings.unmapped, self.choice(sc, &path, "unmapped", v, UnmappedPolicy::NAMES).is_some())
+                    }
+                    "on_error" => {
+                        (&mut settings.on_error, self.choice(sc, &path, "on_error", v, ErrorPolicy::NAMES).is_some())
+                    }
+                    "unmatched" => (
+                        &mut settings.unmatched,
+                        self.choice(sc, &path, "unmatched", v, UnmatchedPolicy::NAMES).is_some(),
+                    ),
+                    _ => continue,
+                };
+                if ok && let DeValue::String(s) = v.get_ref() {
+                    list.push(SettingValue { value: s.to_string(), file, span: v.span() });
+                }
+            }
+        }
+        let Some(v) = doc.get("entity") else { return false };
+        let Some(ents) = self.table(sc, "entity", v, "a table of entities such as `[entity.User]`") else {
+            return true;
+        };
+        for (name, v) in entries(ents) {
+            let name_str = name.get_ref().as_ref();
+            if name_str.is_empty() {
+                self.err(sc, name.span(), None, MappingErrorKind::Empty { field: "entity name".into() });
+                continue;
+            }
+            if let Some(d) = self.entity(file, name_str, name.span(), v) {
+                drafts.push(d);
+            }
+        }
+        !ents.is_empty()
+    }
+
+    fn entity(&mut self, file: usize, name: &str, name_span: Range<usize>, v: &Spanned<DeValue<'_>>) -> Option<Draft> {
+        let sc = Scope { file, entity: Some(name) };
+        let t = match v.get_ref() {
+            DeValue::Table(t) => t,
+            _ => {
+                let kind = MappingErrorKind::WrongValueType {
+                    field: format!("entity.{name}"),
+                    expected: "a table",
+                    found: found(v.get_ref()),
+                };
+                self.err(sc, v.span(), None, kind);
+                return None;
+            }
+        };
+        self.check_fields(sc, "", t, ENTITY_FIELDS, "an entity");
+
+        let mut table_span = name_span.clone();
+        let table = match t.get("table") {
+            Some(v) => {
+                table_span = v.span();
+                let table = self.name(sc, "table", v);
+                if let Some(tb) = &table {
+                    self.check_table_name(sc, "table", v.span(), tb);
+                }
+                table
+            }
+            None => Some(snake_case(name)),
+        };
+
+        let mut match_types = Vec::new();
+        let mut match_spans = Vec::new();
+        match t.get("match") {
+            Some(v) if matches!(v.get_ref(), DeValue::String(_)) => {
+                if let Some(s) = self.name(sc, "match", v) {
+                    match_types.push(s);
+                    match_spans.push(v.span());
+                }
+            }
+            Some(v) => {
+                if matches!(v.get_ref(), DeValue::Array(_)) {
+                    for (s, span) in self.string_list(sc, "match", v) {
+                        match_types.push(s);
+                        match_spans.push(span);
+                    }
+                    if v.get_ref().as_array().is_some_and(|a| a.is_empty()) {
+                        self.err(sc, v.span(), Some("match".into()), MappingErrorKind::Empty { field: "match".into() });
+                    }
+                } else {
+                    self.wrong_type(sc, "match", v, "a string or an array of strings");
+                }
+            }
+            None => {
+                match_types.push(name.to_owned());
+                match_spans.push(name_span.clone());
+            }
+        }
+
+        let mut key_prefix = Vec::new();
+        let mut key_prefix_span = None;
+        if let Some(v) = t.get("key_prefix")
+            && let Some(kt) =
+                self.table(sc, "key_prefix", v, "a table of attribute prefixes such as `{ PK = \"USER#\" }`")
+        {
+            key_prefix_span = Some(v.span());
+            if kt.is_empty() {
+                self.err(
+                    sc,
+                    v.span(),
+                    Some("key_prefix".into()),
+                    MappingErrorKind::Empty { field: "key_prefix".into() },
+                );
+            }
+            for (k, pv) in entries(kt) {
+                let path = format!("key_prefix.{}", k.get_ref());
+                if k.get_ref().is_empty() {
+                    let kind = MappingErrorKind::Empty { field: "attribute name".into() };
+                    self.err(sc, k.span(), Some(path), kind);
+                } else if let Some(p) = self.name(sc, &path, pv) {
+                    key_prefix.push((k.get_ref().to_string(), p, pv.span()));
+                }
+            }
+        }
+
+        // Keys and their placeholders.
+        let mut keys: Vec<KeyMapping> = Vec::new();
+        // placeholder name -> (first key attribute, its type)
+        let mut placeholders: Vec<(String, String, PlaceholderType)> = Vec::new();
+        let mut keys_broken = false;
+        if let Some(v) = t.get("keys")
+            && let Some(kt) = self.table(sc, "keys", v, "a table of key templates such as `{ PK = \"USER#{email}\" }`")
+        {
+            for (k, tv) in entries(kt) {
+                let attr = k.get_ref().to_string();
+                let path = format!("keys.{attr}");
+                if attr.is_empty() {
+                    self.err(sc, k.span(), Some(path), MappingErrorKind::Empty { field: "attribute name".into() });
+                    continue;
+                }
+                let Some(text) = self.string(sc, &path, tv) else { continue };
+                let template = match KeyTemplate::parse(text) {
+                    Ok(t) => t,
+                    Err(TemplateError { offset, message, hint }) => {
+                        let at = string_offset(&self.sources[file].text, &tv.span(), offset);
+                        let end = string_offset(&self.sources[file].text, &tv.span(), offset + 1);
+                        let kind = MappingErrorKind::BadTemplate { attribute: attr.clone(), message };
+                        self.err_hint(sc, at..end, Some(path), kind, hint);
+                        keys_broken = true;
+                        continue;
+                    }
+                };
+                for p in template.placeholders() {
+                    let at = placeholder_span(&self.sources[file].text, &tv.span(), template.source(), &p.name);
+                    if p.name.starts_with('_') {
+                        let kind = MappingErrorKind::ReservedColumnName { column: p.name.clone() };
+                        self.err(sc, at, Some(path.clone()), kind);
+                        continue;
+                    }
+                    match placeholders.iter().find(|(n, _, _)| *n == p.name) {
+                        Some((_, first_attr, first_ty)) => {
+                            if !same_placeholder_kind(first_ty, &p.ty) {
+                                let kind = MappingErrorKind::PlaceholderConflict {
+                                    placeholder: p.name.clone(),
+                                    attribute: attr.clone(),
+                                    ty: placeholder_type_name(&p.ty),
+                                    first_attribute: first_attr.clone(),
+                                    first_ty: placeholder_type_name(first_ty),
+                                };
+                                let hint = "a placeholder in several keys is one column: give it the same type in each";
+                                self.err_hint(sc, at, Some(path.clone()), kind, Some(hint.into()));
+                            }
+                        }
+                        None => placeholders.push((p.name.clone(), attr.clone(), p.ty.clone())),
+                    }
+                }
+                keys.push(KeyMapping { attribute: attr, template });
+            }
+        }
+        for (attr, prefix, span) in &key_prefix {
+            if let Some(k) = keys.iter().find(|k| k.attribute == *attr) {
+                let lit = k.template.literal_prefix();
+                if !lit.starts_with(prefix.as_str()) && !prefix.starts_with(lit) {
+                    let kind = MappingErrorKind::KeyPrefixMismatch {
+                        attribute: attr.clone(),
+                        prefix: prefix.clone(),
+                        template: k.template.source().to_owned(),
+                    };
+                    self.err(sc, span.clone(), Some(format!("key_prefix.{attr}")), kind);
+                }
+            }
+        }
+
+        // Declared columns; placeholders named in them take their position.
+        let mut declared: Vec<(ColumnMapping, Origin)> = Vec::new();
+        if let Some(v) = t.get("columns") {
+            declared = self.columns(sc, "columns", v, &placeholders, keys_broken);
+        }
+        let mut columns: Vec<ColumnMapping> = Vec::new();
+        let mut column_origin: Vec<Origin> = Vec::new();
+        for (name, attr, ty) in &placeholders {
+            if !declared.iter().any(|(c, _)| c.name == *name) {
+                columns.push(ColumnMapping {
+                    name: name.clone(),
+                    source: ColumnSource::Key { attribute: attr.clone(), placeholder: name.clone() },
+                    ty: DeclaredType::of_placeholder(ty),
+                    required: false,
+                });
+                column_origin.push(Origin::Implicit("a key placeholder"));
+            }
+        }
+        for (c, origin) in declared {
+            columns.push(c);
+            column_origin.push(origin);
+        }
+        let table_name = table.clone().unwrap_or_default();
+        self.check_duplicate_columns(sc, &table_name, &columns, &column_origin);
+
+        let mut drop: Vec<(String, Range<usize>)> = Vec::new();
+        if let Some(v) = t.get("drop") {
+            drop = self.string_list(sc, "drop", v);
+        }
+
+        let unmapped =
+            t.get("unmapped").and_then(|v| self.choice(sc, "unmapped", "unmapped", v, UnmappedPolicy::NAMES));
+        let on_error = t.get("on_error").and_then(|v| self.choice(sc, "on_error", "on_error", v, ErrorPolicy::NAMES));
+
+        let mut children = Vec::new();
+        let mut child_table_spans = Vec::new();
+        if let Some(v) = t.get("children")
+            && let Some(arr) = self.array(sc, "children", v, "an array of tables (`[[entity.NAME.children]]`)")
+        {
+            let parent = Parent { table: &table_name, columns: &columns, placeholders: &placeholders };
+            for (i, cv) in arr.iter().enumerate() {
+                let path = format!("children[{i}]");
+                let Some(ct) = self.table(sc, &path, cv, "a table") else { continue };
+                if let Some((child, span)) = self.child(sc, &path, cv.span(), ct, &parent) {
+                    children.push(child);
+                    child_table_spans.push((span, ct.contains_key("table")));
+                }
+            }
+        }
+
+        for (i, (attr, span)) in drop.iter().enumerate() {
+            let reader = columns
+                .iter()
+                .find(|c| matches!(&c.source, ColumnSource::Attribute(a) if a == attr))
+                .map(|c| format!("column `{}`", c.name))
+                .or_else(|| children.iter().find(|c| c.source == *attr).map(|c| format!("child table `{}`", c.table)));
+            if let Some(reader) = reader {
+                let kind = MappingErrorKind::DropConflict { attribute: attr.clone(), reader };
+                let hint = "remove it from `drop`, or stop reading it";
+                self.err_hint(sc, span.clone(), Some(format!("drop[{i}]")), kind, Some(hint.into()));
+            }
+        }
+
+        Some(Draft {
+            entity: EntityMapping {
+                name: name.to_owned(),
+                table: table?,
+                match_types,
+                key_prefix: key_prefix.into_iter().map(|(a, p, _)| (a, p)).collect(),
+                keys,
+                columns,
+                drop: drop.into_iter().map(|(d, _)| d).collect(),
+                unmapped: UnmappedPolicy::default(),
+                on_error: ErrorPolicy::default(),
+                children,
+                file: self.sources[file].path.clone(),
+            },
+            file,
+            name_span,
+            table_written: t.contains_key("table"),
+            table_span,
+            match_spans,
+            key_prefix_span,
+            child_table_spans,
+            unmapped,
+            on_error,
+        })
+    }
+
+    fn check_table_name(&mut self, sc: Scope<'_>, path: &str, span: Range<usize>, table: &str) {
+        let mut chars = table.chars();
+        let valid = chars.next().is_some_and(|c| c.is_ascii_lowercase())
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            let suggestion = snake_case(table);
+            let mut hint = String::from(
+                "table names are lowercase ASCII letters, digits and `_`, starting with a letter \
+                 (names starting with `_` are etl's own)",
+            );
+            if suggestion != table && !suggestion.is_empty() {
+                hint.push_str(&format!("; did you mean `{suggestion}`?"));
+            }
+            let kind = MappingErrorKind::InvalidTableName { table: table.to_owned() };
+            self.err_hint(sc, span, Some(path.to_owned()), kind, Some(hint));
+        }
+    }
+
+    fn check_duplicate_columns(&mut self, sc: Scope<'_>, table: &str, columns: &[ColumnMapping], origin: &[Origin]) {
+        for (i, c) in columns.iter().enumerate() {
+            let Some(first) = columns[..i].iter().position(|o| o.name == c.name) else { continue };
+            let Some(Origin::Written(span, path)) = origin.get(i) else { continue };
+            let hint = match (&columns[first].source, origin.get(first)) {
+                (ColumnSource::Key { attribute, placeholder }, _) => {
+                    format!("the first comes from placeholder `{{{placeholder}}}` of key `{attribute}`")
+                }
+                (_, Some(Origin::Written(first_span, first_path))) => {
+                    let p = self.sources[sc.file].position(first_span.start);
+                    format!("the first is `{first_path}`, line {} column {}", p.line, p.column)
+                }
+                (_, Some(Origin::Implicit(what))) => format!("the first is {what}"),
+                (_, None) => format!("the first is `{}`", c.name),
+            };
+            let kind = MappingErrorKind::DuplicateColumn { table: table.to_owned(), column: c.name.clone() };
+            self.err_hint(sc, span.clone(), Some(path.clone()), kind, Some(hint));
+        }
+    }
+
+    /// Reads a `columns` array; returns each column with where its name is written.
+    fn columns(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        v: &Spanned<DeValue<'_>>,
+        placeholders: &Placeholders,
+        keys_broken: bool,
+    ) -> Vec<(ColumnMapping, Origin)> {
+        let mut out = Vec::new();
+        let Some(arr) = self.array(sc, path, v, "an array of column tables") else { return out };
+        for (i, cv) in arr.iter().enumerate() {
+            let p = format!("{path}[{i}]");
+            let Some(ct) = self.table(sc, &p, cv, "a table such as `{ name = \"email\", type = \"string\" }`") else {
+                continue;
+            };
+            if let Some((c, span)) = self.column(sc, &p, cv.span(), ct, placeholders, keys_broken) {
+                out.push((c, Origin::Written(span, format!("{p}.name"))));
+            }
+        }
+        out
+    }
+
+    /// Reads one column. `keys_broken`: a key template did not compile, so a column without a
+    /// type may be one of its placeholders and is not reported.
+    fn column(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        span: Range<usize>,
+        t: &DeTable<'_>,
+        placeholders: &Placeholders,
+        keys_broken: bool,
+    ) -> Option<(ColumnMapping, Range<usize>)> {
+        self.check_fields(sc, path, t, COLUMN_FIELDS, "a column");
+        let Some(nv) = t.get("name") else {
+            let kind = MappingErrorKind::MissingField { field: "name", context: "column".into() };
+            self.err(sc, span, Some(path.to_owned()), kind);
+            return None;
+        };
+        let name = self.name(sc, &format!("{path}.name"), nv)?;
+        if name.starts_with('_') {
+            let kind = MappingErrorKind::ReservedColumnName { column: name.clone() };
+            self.err(sc, nv.span(), Some(format!("{path}.name")), kind);
+        }
+        let required = t.get("required").and_then(|v| self.bool(sc, &format!("{path}.required"), v)).unwrap_or(false);
+
+        if let Some((_, attr, pty)) = placeholders.iter().find(|(n, _, _)| *n == name) {
+            for field in ["source", "format", "timezone"] {
+                if let Some((k, _)) = t.get_key_value(field) {
+                    let kind = MappingErrorKind::PlaceholderColumnField {
+                        column: name.clone(),
+                        attribute: attr.clone(),
+                        field,
+                    };
+                    let hint = if field == "source" {
+                        "a placeholder column reads its key; rename the placeholder or this column to read an attribute"
+                            .to_owned()
+                    } else {
+                        format!(
+                            "the placeholder type `{}` fixes how its values are written",
+                            placeholder_type_name(pty)
+                        )
+                    };
+                    self.err_hint(sc, k.span(), Some(format!("{path}.{field}")), kind, Some(hint));
+                }
+            }
+            let implied = DeclaredType::of_placeholder(pty);
+            let ty = match t.get("type") {
+                None => implied,
+                Some(tv) => {
+                    let tpath = format!("{path}.type");
+                    let (declared, _) = self.parse_type(sc, &tpath, tv, &name)?;
+                    if !placeholder_accepts(pty, &declared) {
+                        let kind = MappingErrorKind::IncompatibleType {
+                            column: name.clone(),
+                            declared: declared.label(),
+                            placeholder_type: placeholder_type_name(pty),
+                            attribute: attr.clone(),
+                        };
+                        let hint = format!(
+                            "declare it {}, or leave `type` out to get `{}`",
+                            placeholder_allowed_text(pty),
+                            implied.label()
+                        );
+                        self.err_hint(sc, tv.span(), Some(tpath), kind, Some(hint));
+                        return None;
+                    }
+                    match declared {
+                        // The placeholder fixes unit and format.
+                        DeclaredType::Timestamp { .. } | DeclaredType::Date { .. } => implied,
+                        d => d,
+                    }
+                }
+            };
+            let source = ColumnSource::Key { attribute: attr.clone(), placeholder: name.clone() };
+            return Some((ColumnMapping { name, source, ty, required }, nv.span()));
+        }
+
+        let source = match t.get("source") {
+            Some(v) => self.name(sc, &format!("{path}.source"), v)?,
+            None => name.clone(),
+        };
+        let Some(tv) = t.get("type") else {
+            if !keys_broken {
+                let kind = MappingErrorKind::MissingType { column: name.clone() };
+                let hint = "add a type such as `type = \"string\"` (only key placeholders may leave it out); the \
+                            type grammar is in mappings/README.md";
+                self.err_hint(sc, span, Some(path.to_owned()), kind, Some(hint.into()));
+            }
+            return None;
+        };
+        let tpath = format!("{path}.type");
+        let (mut ty, uses) = self.parse_type(sc, &tpath, tv, &name)?;
+        let formats = self.time_format(sc, path, t, &name, &ty, uses)?;
+        ty.apply_time(&formats);
+        Some((ColumnMapping { name, source: ColumnSource::Attribute(source), ty, required }, nv.span()))
+    }
+
+    /// Parses a column's `type`; also says whether it holds timestamps and dates.
+    fn parse_type(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        v: &Spanned<DeValue<'_>>,
+        column: &str,
+    ) -> Option<(DeclaredType, TimeUse)> {
+        let text = self.string(sc, path, v)?;
+        match parse_type(text) {
+            Ok(ty) => {
+                let uses = TimeUse {
+                    timestamp: ty.contains(&|t| matches!(t, DeclaredType::Timestamp { .. })),
+                    date: ty.contains(&|t| matches!(t, DeclaredType::Date { .. })),
+                };
+                Some((ty, uses))
+            }
+            Err(p) => {
+                let src_text = &self.sources[sc.file].text;
+                let start = string_offset(src_text, &v.span(), p.start);
+                let end = string_offset(src_text, &v.span(), p.start + p.len.max(1));
+                let (kind, hint) = p.into_error(column, text);
+                self.err_hint(sc, start..end, Some(path.to_owned()), kind, hint);
+                None
+            }
+        }
+    }
+
+    /// Checks `format` and `timezone` against the type; returns the timestamp and date formats.
+    fn time_format(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        t: &DeTable<'_>,
+        column: &str,
+        ty: &DeclaredType,
+        uses: TimeUse,
+    ) -> Option<TimeFormats> {
+        let (has_ts, has_date) = (uses.timestamp, uses.date);
+        let fpath = format!("{path}.format");
+        let zpath = format!("{path}.timezone");
+        let format = match t.get("format") {
+            Some(v) => Some((self.string(sc, &fpath, v)?.to_owned(), v.span())),
+            None => None,
+        };
+        let mut ok = true;
+        let mut ts_format = None;
+        let mut date_format = None;
+        if let Some((f, span)) = &format {
+            if !has_ts && !has_date {
+                let kind = MappingErrorKind::FormatNotApplicable { column: column.into(), ty: ty.label() };
+                let hint = "only `timestamp` and `date` columns take a `format`";
+                self.err_hint(sc, span.clone(), Some(fpath.clone()), kind, Some(hint.into()));
+                return None;
+            }
+            let keyword = match f.as_str() {
+                "epoch_s" => Some(TimestampFormat::EpochS),
+                "epoch_ms" => Some(TimestampFormat::EpochMs),
+                "epoch_us" => Some(TimestampFormat::EpochUs),
+                "iso8601" => Some(TimestampFormat::Iso8601),
+                _ => None,
+            };
+            match keyword {
+                Some(_) if has_date => {
+                    let kind = MappingErrorKind::DateFormat { column: column.into(), format: f.clone() };
+                    let hint =
+                        "date columns read `YYYY-MM-DD` without a `format`, or a strftime pattern such as `%d.%m.%Y`";
+                    self.err_hint(sc, span.clone(), Some(fpath.clone()), kind, Some(hint.into()));
+                    ok = false;
+                }
+                Some(k) => ts_format = Some(k),
+                None if f.contains('%') => {
+                    if let Some(reason) = pattern_problem(f, uses) {
+                        let kind = MappingErrorKind::BadPattern { column: column.into(), pattern: f.clone(), reason };
+                        let hint = "see https://docs.rs/chrono/latest/chrono/format/strftime/ for the directives";
+                        self.err_hint(sc, span.clone(), Some(fpath.clone()), kind, Some(hint.into()));
+                        ok = false;
+                    } else {
+                        ts_format = Some(TimestampFormat::Pattern(f.clone()));
+                        date_format = Some(f.clone());
+                    }
+                }
+                None => {
+                    let kind = MappingErrorKind::UnknownTimeFormat { column: column.into(), format: f.clone() };
+                    let keywords = ["epoch_s", "epoch_ms", "epoch_us", "iso8601"];
+                    let hint = match closest(f, &keywords) {
+                        Some(c) if has_ts => format!("did you mean `{c}`?"),
+                        _ if has_ts => format!(
+                            "use one of {} or a strftime pattern such as `%Y-%m-%d %H:%M:%S`",
+                            backticked(&keywords)
+                        ),
+                        _ => "date columns take a strftime pattern such as `%d.%m.%Y`".into(),
+                    };
+                    self.err_hint(sc, span.clone(), Some(fpath.clone()), kind, Some(hint));
+                    ok = false;
+                }
+            }
+        } else if has_ts {
+            let kind = MappingErrorKind::MissingTimeFormat { column: column.into() };
+            let hint = "add `format = \"epoch_s\"`, `\"epoch_ms\"`, `\"epoch_us\"`, `\"iso8601\"` or a strftime \
+                        pattern such as `\"%Y-%m-%d %H:%M:%S\"`";
+            self.err_hint(
+                sc,
+                t.get("type").map_or(0..0, |v| v.span()),
+                Some(format!("{path}.type")),
+                kind,
+                Some(hint.into()),
+            );
+            ok = false;
+        }
+
+        let mut tz = UTC.to_owned();
+        if let Some(zv) = t.get("timezone") {
+            let z = self.string(sc, &zpath, zv)?;
+            let reason = if !has_ts {
+                Some("it holds no timestamps")
+            } else {
+                match &ts_format {
+                    Some(TimestampFormat::EpochS | TimestampFormat::EpochMs | TimestampFormat::EpochUs) => {
+                        Some("epoch values are always UTC")
+                    }
+                    Some(TimestampFormat::Pattern(p)) if pattern_has_offset(p) => {
+                        Some("its pattern reads the offset from each value")
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(reason) = reason {
+                let kind = MappingErrorKind::TimezoneNotApplicable { column: column.into(), reason };
+                self.err(sc, zv.span(), Some(zpath), kind);
+                ok = false;
+            } else if let Some(canonical) = parse_timezone(z) {
+                tz = canonical;
+            } else {
+                let kind = MappingErrorKind::BadTimezone { column: column.into(), timezone: z.into() };
+                let hint = "write `UTC` or a fixed offset such as `+02:00`; named zones like `Europe/Berlin` are not \
+                            supported";
+                self.err_hint(sc, zv.span(), Some(zpath), kind, Some(hint.into()));
+                ok = false;
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let ts = ts_format.map(|f| {
+            let unit = match f {
+                TimestampFormat::EpochS => TimeUnit::Second,
+                TimestampFormat::EpochMs => TimeUnit::Millisecond,
+                _ => TimeUnit::Microsecond,
+            };
+            (unit, f, tz)
+        });
+        Some(TimeFormats { timestamp: ts, date: date_format })
+    }
+
+    fn child(
+        &mut self,
+        sc: Scope<'_>,
+        path: &str,
+        span: Range<usize>,
+        t: &DeTable<'_>,
+        parent: &Parent<'_>,
+    ) -> Option<(ChildMapping, Range<usize>)> {
+        let Parent { table: parent_table, columns: parent_columns, placeholders } = *parent;
+        self.check_fields(sc, path, t, CHILD_FIELDS, "a child table");
+        let Some(sv) = t.get("source") else {
+            let kind = MappingErrorKind::MissingField { field: "source", context: "child table".into() };
+            let hint = "name the attribute holding the list of maps, e.g. `source = \"lines\"`";
+            self.err_hint(sc, span, Some(path.to_owned()), kind, Some(hint.into()));
+            return None;
+        };
+        let source = self.name(sc, &format!("{path}.source"), sv);
+        let (table, table_span) = match t.get("table") {
+            Some(v) => {
+                let tb = self.name(sc, &format!("{path}.table"), v);
+                if let Some(tb) = &tb {
+                    self.check_table_name(sc, &format!("{path}.table"), v.span(), tb);
+                }
+                (tb, v.span())
+            }
+            None => (source.as_ref().map(|s| format!("{parent_table}_{}", snake_case(s))), sv.span()),
+        };
+        let position = match t.get("position") {
+            Some(v) => {
+                let p = self.name(sc, &format!("{path}.position"), v);
+                if let Some(p) = &p
+                    && p.starts_with('_')
+                {
+                    let kind = MappingErrorKind::ReservedColumnName { column: p.clone() };
+                    self.err(sc, v.span(), Some(format!("{path}.position")), kind);
+                }
+                p.map(|p| (p, Origin::Written(v.span(), format!("{path}.position"))))
+            }
+            None => Some(("position".to_owned(), Origin::Implicit("the default `position` column"))),
+        };
+        let parent_cols: Vec<(String, Origin)> = match t.get("parent_columns") {
+            Some(v) => {
+                let ppath = format!("{path}.parent_columns");
+                let list = self.string_list(sc, &ppath, v);
+                if list.is_empty() && v.get_ref().as_array().is_some_and(|a| a.is_empty()) {
+                    let kind = MappingErrorKind::Empty { field: "parent_columns".into() };
+                    let hint = "child rows need parent columns to be joined back to their parent";
+                    self.err_hint(sc, v.span(), Some(ppath.clone()), kind, Some(hint.into()));
+                }
+                let names: Vec<&str> = parent_columns.iter().map(|c| c.name.as_str()).collect();
+                for (i, (c, cspan)) in list.iter().enumerate() {
+                    if !names.contains(&c.as_str()) {
+                        let kind = MappingErrorKind::UnknownParentColumn {
+                            table: table.clone().unwrap_or_default(),
+                            column: c.clone(),
+                            parent: parent_table.to_owned(),
+                        };
+                        let hint = match closest(c, &names) {
+                            Some(n) => format!("did you mean `{n}`?"),
+                            None if names.is_empty() => "the parent table has no columns".to_owned(),
+                            None => format!("the parent's columns are {}", backticked(&names)),
+                        };
+                        self.err_hint(sc, cspan.clone(), Some(format!("{ppath}[{i}]")), kind, Some(hint));
+                    }
+                }
+                list.into_iter()
+                    .enumerate()
+                    .map(|(i, (c, s))| (c, Origin::Written(s, format!("{ppath}[{i}]"))))
+                    .collect()
+            }
+            None => {
+                if placeholders.is_empty() {
+                    let kind = MappingErrorKind::NoParentColumns { table: table.clone().unwrap_or_default() };
+                    let hint = "list the parent columns to copy into each row, e.g. `parent_columns = [\"order_id\"]`";
+                    self.err_hint(sc, span.clone(), Some(path.to_owned()), kind, Some(hint.into()));
+                }
+                let implicit = Origin::Implicit("a parent column copied by default (the parent's key placeholders)");
+                placeholders.iter().map(|(n, _, _)| (n.clone(), implicit.clone())).collect()
+            }
+        };
+        let cpath = format!("{path}.columns");
+        let columns = match t.get("columns") {
+            Some(v) => {
+                let cols = self.columns(sc, &cpath, v, &[], false);
+                if v.get_ref().as_array().is_some_and(|a| a.is_empty()) {
+                    self.err(sc, v.span(), Some(cpath.clone()), MappingErrorKind::Empty { field: "columns".into() });
+                }
+                cols
+            }
+            None => {
+                let kind = MappingErrorKind::MissingField { field: "columns", context: "child table".into() };
+                self.err(sc, span.clone(), Some(path.to_owned()), kind);
+                Vec::new()
+            }
+        };
+        let table = table?;
+        let position = position?;
+        // Parent columns, the position and the element's columns share one table.
+        let mut all: Vec<ColumnMapping> = Vec::new();
+        let mut origin: Vec<Origin> = Vec::new();
+        let placeholder_col = |n: &str| ColumnMapping {
+            name: n.to_owned(),
+            source: ColumnSource::Attribute(n.to_owned()),
+            ty: DeclaredType::Json,
+            required: false,
+        };
+        for (n, s) in &parent_cols {
+            all.push(placeholder_col(n));
+            origin.push(s.clone());
+        }
+        all.push(placeholder_col(&position.0));
+        origin.push(position.1.clone());
+        for (c, o) in &columns {
+            all.push(c.clone());
+            origin.push(o.clone());
+        }
+        self.check_duplicate_columns(sc, &table, &all, &origin);
+        Some((
+            ChildMapping {
+                table,
+                source: source?,
+                position: position.0,
+                parent_columns: parent_cols.into_iter().map(|(c, _)| c).collect(),
+                columns: columns.into_iter().map(|(c, _)| c).collect(),
+            },
+            table_span,
+        ))
+    }
+
+    /// Cross-file checks and defaults; the mapping is only used when no error was reported.
+    fn finish(&mut self, settings: Settings, drafts: Vec<Draft>) -> Mapping {
+        let type_attribute = self.setting("type_attribute", &settings.type_attribute).unwrap_or("Type").to_owned();
+        let unmapped = self.setting("unmapped", &settings.unmapped).map_or(UnmappedPolicy::default(), |s| {
+            UnmappedPolicy::NAMES.iter().find(|(n, _)| *n == s).map_or_else(Default::default, |(_, p)| *p)
+        });
+        let on_error = self.setting("on_error", &settings.on_error).map_or(ErrorPolicy::default(), |s| {
+            ErrorPolicy::NAMES.iter().find(|(n, _)| *n == s).map_or_else(Default::default, |(_, p)| *p)
+        });
+        let unmatched = self.setting("unmatched", &settings.unmatched).map_or(UnmatchedPolicy::default(), |s| {
+            UnmatchedPolicy::NAMES.iter().find(|(n, _)| *n == s).map_or_else(Default::default, |(_, p)| *p)
+        });
+
+        // table -> who writes it and where
+        let mut tables: BTreeMap<String, String> = BTreeMap::new();
+        let mut matched: BTreeMap<String, String> = BTreeMap::new();
+        let mut prefixes: Vec<(Vec<(String, String)>, String)> = Vec::new();
+        let mut entities = Vec::new();
+        for d in drafts {
+            let sc = Scope { file: d.file, entity: Some(&d.entity.name) };
+            let owner = format!("entity `{}` ({})", d.entity.name, self.location(d.file, d.name_span.start));
+            // `field` is `None` for a default table name, which is not written anywhere.
+            let mut claim = |cx: &mut Self, table: &str, span: &Range<usize>, field: Option<String>, owner: String| {
+                if let Some(first) = tables.get(table) {
+                    let kind = MappingErrorKind::DuplicateTable { table: table.to_owned(), first: first.clone() };
+                    let hint = if field.is_some() {
+                        "every entity and child table needs its own `table`"
+                    } else {
+                        "this is the default table name; set `table` to choose another"
+                    };
+                    cx.err_hint(sc, span.clone(), field, kind, Some(hint.into()));
+                } else {
+                    tables.insert(table.to_owned(), owner);
+                }
+            };
+            let field = d.table_written.then(|| "table".to_owned());
+            claim(self, &d.entity.table, &d.table_span, field, owner.clone());
+            for (i, (c, (span, written))) in d.entity.children.iter().zip(&d.child_table_spans).enumerate() {
+                let child_owner =
+                    format!("child table of entity `{}` ({})", d.entity.name, self.location(d.file, span.start));
+                let field = if *written { format!("children[{i}].table") } else { format!("children[{i}].source") };
+                claim(self, &c.table, span, Some(field), child_owner);
+            }
+            for (i, (m, span)) in d.entity.match_types.iter().zip(&d.match_spans).enumerate() {
+                if let Some(first) = matched.get(m) {
+                    let kind = MappingErrorKind::DuplicateMatch { value: m.clone(), first: first.clone() };
+                    let hint = "an item goes to one table only: list each type value in one entity's `match`";
+                    let field = if d.match_spans.len() == 1 && *span == d.name_span {
+                        None
+                    } else {
+                        Some(format!("match[{i}]"))
+                    };
+                    self.err_hint(sc, span.clone(), field, kind, Some(hint.into()));
+                } else {
+                    matched.insert(m.clone(), owner.clone());
+                }
+            }
+            if let Some(span) = &d.key_prefix_span {
+                let mut set = d.entity.key_prefix.clone();
+                set.sort();
+                if let Some((_, first)) = prefixes.iter().find(|(p, _)| *p == set) {
+                    let kind = MappingErrorKind::DuplicateKeyPrefix { first: first.clone() };
+                    let hint = "untyped items go to the first entity whose prefixes match; make the prefixes differ";
+                    self.err_hint(sc, span.clone(), Some("key_prefix".into()), kind, Some(hint.into()));
+                } else if !set.is_empty() {
+                    prefixes.push((set, owner.clone()));
+                }
+            }
+            let mut e = d.entity;
+            e.unmapped = d.unmapped.unwrap_or(unmapped);
+            e.on_error = d.on_error.unwrap_or(on_error);
+            entities.push(e);
+        }
+        Mapping { files: self.sources.iter().map(|s| s.path.clone()).collect(), type_attribute, unmatched, entities }
+    }
+
+    /// The value of a setting across files; disagreements reported at the later file.
+    fn setting<'v>(&mut self, name: &'static str, values: &'v [SettingValue]) -> Option<&'v str> {
+        let first = values.first()?;
+        for v in &values[1..] {
+            if v.value != first.value {
+                let kind = MappingErrorKind::SettingConflict {
+                    setting: name,
+                    value: v.value.clone(),
+                    other: first.value.clone(),
+                    other_at: self.location(first.file, first.span.start),
+                };
+                let hint =
+                    "settings apply to every file loaded together: set each in one file only, or make them agree";
+                self.err_hint(
+                    Scope { file: v.file, entity: None },
+                    v.span.clone(),
+                    Some(format!("settings.{name}")),
+                    kind,
+                    Some(hint.into()),
+                );
+            }
+        }
+        Some(&first.value)
+    }
+}
+
+/// Where placeholder `{name...}` starts in a template value, for messages (the whole value when
+/// it cannot be found).
+fn placeholder_span(text: &str, span: &Range<usize>, template: &str, name: &str) -> Range<usize> {
+    let needle = format!("{{{name}");
+    let found = template.match_indices(&needle).find(|(i, _)| {
+        let after = template[i + needle.len()..].chars().next();
+        matches!(after, Some('}' | ':'))
+    });
+    match found {
+        Some((i, _)) => {
+            let chars = template[..i].chars().count();
+            let start = string_offset(text, span, chars);
+            let end = string_offset(text, span, chars + needle.chars().count() + 1);
+            start..end
+        }
+        None => span.clone(),
+    }
+}
+
+fn placeholder_type_name(ty: &PlaceholderType) -> String {
+    match ty {
+        PlaceholderType::String => "string".into(),
+        PlaceholderType::Int { width: None } => "int".into(),
+        PlaceholderType::Int { width: Some(w) } => format!("int({w})"),
+        PlaceholderType::Decimal => "decimal".into(),
+        PlaceholderType::EpochS => "epoch_s".into(),
+        PlaceholderType::EpochMs => "epoch_ms".into(),
+        PlaceholderType::Iso8601 => "iso8601".into(),
+        PlaceholderType::Date => "date".into(),
+        PlaceholderType::Uuid => "uuid".into(),
+    }
+}
+
+/// Placeholder types that give the same column; `int` widths may differ between keys.
+fn same_placeholder_kind(a: &PlaceholderType, b: &PlaceholderType) -> bool {
+    match (a, b) {
+        (PlaceholderType::Int { .. }, PlaceholderType::Int { .. }) => true,
+        _ => a == b,
+    }
+}
+
+/// Declared types a placeholder column may have.
+fn placeholder_accepts(pty: &PlaceholderType, declared: &DeclaredType) -> bool {
+    use DeclaredType as D;
+    match pty {
+        PlaceholderType::String | PlaceholderType::Uuid => matches!(declared, D::Utf8),
+        PlaceholderType::Int { .. } => matches!(declared, D::Int64 | D::Decimal { .. } | D::DecimalText),
+        PlaceholderType::Decimal => matches!(declared, D::Decimal { .. } | D::DecimalText | D::Float64),
+        PlaceholderType::EpochS | PlaceholderType::EpochMs | PlaceholderType::Iso8601 => {
+            matches!(declared, D::Timestamp { .. })
+        }
+        PlaceholderType::Date => matches!(declared, D::Date { .. }),
+    }
+}
+
+fn placeholder_allowed_text(pty: &PlaceholderType) -> &'static str {
+    match pty {
+        PlaceholderType::String | PlaceholderType::Uuid => "`string`",
+        PlaceholderType::Int { .. } => "`int64`, `decimal(p,s)` or `decimal`",
+        PlaceholderType::Decimal => "`decimal`, `decimal(p,s)` or `float64`",
+        PlaceholderType::EpochS | PlaceholderType::EpochMs | PlaceholderType::Iso8601 => "`timestamp`",
+        PlaceholderType::Date => "`date`",
+    }
+}
+
+/// `UTC`, or a fixed offset `+HH:MM` / `-HH:MM` with hours up to 23.
+fn parse_timezone(z: &str) -> Option<String> {
+    if z == UTC {
+        return Some(UTC.into());
+    }
+    let b = z.as_bytes();
+    let digits = |r: Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let ok = b.len() == 6
+        && matches!(b[0], b'+' | b'-')
+        && digits(1..3)
+        && b[3] == b':'
+        && digits(4..6)
+        && z[1..3].parse::<u8>().is_ok_and(|h| h <= 23)
+        && z[4..6].parse::<u8>().is_ok_and(|m| m <= 59);
+    ok.then(|| z.to_owned())
+}
+
+/// Why a strftime pattern cannot read the column's values, if it cannot.
+fn pattern_problem(p: &str, uses: TimeUse) -> Option<&'static str> {
+    use chrono::format::{Fixed, Item, Numeric};
+    let Ok(items) = chrono::format::StrftimeItems::new(p).parse() else {
+        return Some("it has an unknown or incomplete directive");
+    };
+    let has = |want: &dyn Fn(&Item<'_>) -> bool| items.iter().any(want);
+    let whole =
+        |i: &Item<'_>| matches!(i, Item::Numeric(Numeric::Timestamp, _) | Item::Fixed(Fixed::RFC2822 | Fixed::RFC3339));
+    let hour = |i: &Item<'_>| whole(i) || matches!(i, Item::Numeric(Numeric::Hour | Numeric::Hour12, _));
+    let year = |i: &Item<'_>| {
+        whole(i)
+            || matches!(
+                i,
+                Item::Numeric(Numeric::Year | Numeric::YearMod100 | Numeric::IsoYear | Numeric::IsoYearMod100, _)
+            )
+    };
+    if !has(&year) {
+        return Some("it reads no year");
+    }
+    if uses.timestamp && !has(&hour) {
+        return Some("it reads no time of day (`%H`, `%I`, `%T`, ...); a `date` column holds dates alone");
+    }
+    None
+}
+
+fn pattern_has_offset(p: &str) -> bool {
+    use chrono::format::{Fixed, Item, Numeric};
+    chrono::format::StrftimeItems::new(p).any(|i| {
+        matches!(
+            i,
+            Item::Fixed(
+                Fixed::TimezoneOffset
+                    | Fixed::TimezoneOffsetColon
+                    | Fixed::TimezoneOffsetDoubleColon
+                    | Fixed::TimezoneOffsetTripleColon
+                    | Fixed::TimezoneOffsetColonZ
+                    | Fixed::TimezoneOffsetZ
+                    | Fixed::RFC2822
+                    | Fixed::RFC3339
+            ) | Item::Numeric(Numeric::Timestamp, _)
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Type grammar
+// ---------------------------------------------------------------------------------------------
+
+const TYPE_NAMES: &[&str] = &[
+    "int64",
+    "decimal",
+    "float64",
+    "string",
+    "bool",
+    "binary",
+    "timestamp",
+    "date",
+    "json",
+    "list",
+    "set",
+    "struct",
+    "map",
+];
+
+/// Names people reach for, and the type etl calls that.
+const TYPE_ALIASES: &[(&str, &str)] = &[
+    ("int", "int64"),
+    ("integer", "int64"),
+    ("long", "int64"),
+    ("bigint", "int64"),
+    ("i64", "int64"),
+    ("int32", "int64"),
+    ("float", "float64"),
+    ("double", "float64"),
+    ("f64", "float64"),
+    ("real", "float64"),
+    ("number", "decimal"),
+    ("numeric", "decimal"),
+    ("str", "string"),
+    ("text", "string"),
+    ("varchar", "string"),
+    ("utf8", "string"),
+    ("boolean", "bool"),
+    ("bytes", "binary"),
+    ("blob", "binary"),
+    ("datetime", "timestamp"),
+    ("array", "list"),
+    ("object", "struct"),
+    ("record", "struct"),
+    ("dict", "map"),
+];
+
+/// Where in the type text a problem is (characters), and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TypeProblem {
+    start: usize,
+    len: usize,
+    kind: TypeProblemKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TypeProblemKind {
+    Unknown { name: String, suggestion: Option<String> },
+    Syntax(String),
+    Precision(u64),
+    Scale { scale: u64, precision: u64 },
+    SetElement(String),
+    MapKey(String),
+}
+
+impl TypeProblem {
+    fn into_error(self, column: &str, text: &str) -> (MappingErrorKind, Option<String>) {
+        let column = column.to_owned();
+        let text = text.to_owned();
+        match self.kind {
+            TypeProblemKind::Unknown { name, suggestion } => {
+                let hint = match &suggestion {
+                    Some(s) => {
+                        // The whole type with the name replaced, when that is a valid type.
+                        let chars: Vec<char> = text.chars().collect();
+                        let end = (self.start + self.len).min(chars.len());
+                        let start = self.start.min(end);
+                        let fixed: String = chars[..start]
+                            .iter()
+                            .chain(s.chars().collect::<Vec<_>>().iter())
+                            .chain(&chars[end..])
+                            .collect();
+                        let shown = if parse_type(&fixed).is_ok() { fixed } else { s.clone() };
+                        format!("did you mean `{shown}`?")
+                    }
+                    None => format!("types are {}", backticked(TYPE_NAMES)),
+                };
+                (MappingErrorKind::UnknownType { column, name, text }, Some(hint))
+            }
+            TypeProblemKind::Syntax(message) => (
+                MappingErrorKind::TypeSyntax { column, text, message },
+                Some("the type grammar is in mappings/README.md".into()),
+            ),
+            TypeProblemKind::Precision(precision) => (
+                MappingErrorKind::DecimalPrecision { column, text, precision },
+                Some("precision is 1 to 38; `decimal` without parameters keeps any number exactly, as text".into()),
+            ),
+            TypeProblemKind::Scale { scale, precision } => (
+                MappingErrorKind::DecimalScale { column, text, precision, scale },
+                Some("`decimal(p,s)` needs 0 ≤ s ≤ p: `s` digits of the `p` are after the point".into()),
+            ),
+            TypeProblemKind::SetElement(element) => (
+                MappingErrorKind::SetElement { column, element },
+                Some(
+                    "DynamoDB sets are SS, NS and BS: `set<string>`, `set<int64>`, `set<decimal(p,s)>`, \
+                     `set<decimal>` or `set<binary>`"
+                        .into(),
+                ),
+            ),
+            TypeProblemKind::MapKey(key) => (
+                MappingErrorKind::MapKey { column, key },
+                Some("DynamoDB map keys are always strings: `map<string, T>`".into()),
+            ),
+        }
+    }
+}
+
+/// Parses the type grammar; timestamps get the placeholder format `iso8601`, UTC, until the
+/// column's `format` is applied.
+fn parse_type(text: &str) -> Result<DeclaredType, TypeProblem> {
+    let mut p = TypeParser { chars: text.chars().collect(), pos: 0, depth: 0 };
+    let ty = p.ty()?;
+    p.ws();
+    if let Some(c) = p.peek() {
+        return Err(p.syntax(p.pos, 1, format!("unexpected `{c}` after the type")));
+    }
+    Ok(ty)
+}
+
+struct TypeParser {
+    chars: Vec<char>,
+    pos: usize,
+    depth: usize,
+}
+
+impl TypeParser {
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.pos).copied()
+    }
+
+    fn ws(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
+            self.pos += 1;
+        }
+    }
+
+    fn syntax(&self, start: usize, len: usize, message: String) -> TypeProblem {
+        TypeProblem { start, len, kind: TypeProblemKind::Syntax(message) }
+    }
+
+    /// The word or character at the current position, for messages.
+    fn found_here(&self) -> String {
+        let word: String = self.chars[self.pos.min(self.chars.len())..]
+            .iter()
+            .take_while(|c| c.is_alphanumeric() || **c == '_')
+            .collect();
+        match self.peek() {
+            _ if !word.is_empty() => format!("`{word}`"),
+            Some(c) => format!("`{c}`"),
+            None => "the end".into(),
+        }
+    }
+
+    /// The length of the word or character at the current position.
+    fn here_len(&self) -> usize {
+        let rest = &self.chars[self.pos.min(self.chars.len())..];
+        rest.iter().take_while(|c| c.is_alphanumeric() || **c == '_').count().max(1)
+    }
+
+    fn expect(&mut self, c: char) -> Result<(), TypeProblem> {
+        self.ws();
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.syntax(self.pos, self.here_len(), format!("expected `{c}`, found {}", self.found_here())))
+        }
+    }
+
+    fn word(&mut self) -> String {
+        let start = self.pos;
+        while self.peek().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            self.pos += 1;
+        }
+        self.chars[start..self.pos].iter().collect()
+    }
+
+    fn number(&mut self) -> Result<(u64, usize), TypeProblem> {
+        self.ws();
+        let start = self.pos;
+        let digits = self.word();
+        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+            let len = digits.chars().count().max(1);
+            let what = if digits.is_empty() { self.found_here() } else { format!("`{digits}`") };
+            return Err(self.syntax(start, len, format!("expected a number, found {what}")));
+        }
+        // Anything past u64 is out of range anyway.
+        Ok((digits.parse().unwrap_or(u64::MAX), start))
+    }
+
+    fn ty(&mut self) -> Result<DeclaredType, TypeProblem> {
+        self.depth += 1;
+        if self.depth > MAX_TYPE_DEPTH {
+            return Err(self.syntax(self.pos, 1, format!("types nest deeper than {MAX_TYPE_DEPTH} levels")));
+        }
+        self.ws();
+        let start = self.pos;
+        let name = self.word();
+        if name.is_empty() {
+            return Err(self.syntax(start, 1, format!("expected a type, found {}", self.found_here())));
+        }
+        let simple = |t: DeclaredType| Some(t);
+        let ty = match name.as_str() {
+            "int64" => simple(DeclaredType::Int64),
+            "float64" => simple(DeclaredType::Float64),
+            "string" => simple(DeclaredType::Utf8),
+            "bool" => simple(DeclaredType::Bool),
+            "binary" => simple(DeclaredType::Binary),
+            "json" => simple(DeclaredType::Json),
+            "timestamp" => simple(DeclaredType::Timestamp {
+                unit: TimeUnit::Microsecond,
+                format: TimestampFormat::Iso8601,
+                tz: UTC.into(),
+            }),
+            "date" => simple(DeclaredType::Date { format: None }),
+            "decimal" => {
+                self.ws();
+                if self.peek() == Some('(') {
+                    self.pos += 1;
+                    let (precision, p_at) = self.number()?;
+                    self.ws();
+                    let (scale, s_at) = if self.peek() == Some(',') {
+                        self.pos += 1;
+                        self.number()?
+                    } else {
+                        (0, p_at)
+                    };
+                    self.expect(')')?;
+                    if !(1..=38).contains(&precision) {
+                        let len = self.chars[p_at..].iter().take_while(|c| c.is_ascii_digit()).count();
+                        return Err(TypeProblem { start: p_at, len, kind: TypeProblemKind::Precision(precision) });
+                    }
+                    if scale > precision {
+                        let len = self.chars[s_at..].iter().take_while(|c| c.is_ascii_digit()).count();
+                        return Err(TypeProblem {
+                            start: s_at,
+                            len,
+                            kind: TypeProblemKind::Scale { scale, precision },
+                        });
+                    }
+                    // Both checked above: precision <= 38, scale <= precision.
+                    return self.done(DeclaredType::Decimal { precision: precision as u8, scale: scale as i8 });
+                }
+                simple(DeclaredType::DecimalText)
+            }
+            "list" | "set" => {
+                self.expect('<')?;
+                self.ws();
+                let el_at = self.pos;
+                let el = self.ty()?;
+                let el_len = self.pos - el_at;
+                self.expect('>')?;
+                if name == "set" {
+                    if !matches!(
+                        el,
+                        DeclaredType::Utf8
+                            | DeclaredType::Int64
+                            | DeclaredType::Decimal { .. }
+                            | DeclaredType::DecimalText
+                            | DeclaredType::Binary
+                    ) {
+                        return Err(TypeProblem {
+                            start: el_at,
+                            len: el_len,
+                            kind: TypeProblemKind::SetElement(el.label()),
+                        });
+                    }
+                    return self.done(DeclaredType::Set(Box::new(el)));
+                }
+                return self.done(DeclaredType::List(Box::new(el)));
+            }
+            "map" => {
+                self.expect('<')?;
+                self.ws();
+                let key_at = self.pos;
+                let key = self.ty()?;
+                let key_len = self.pos - key_at;
+                if key != DeclaredType::Utf8 {
+                    return Err(TypeProblem {
+                        start: key_at,
+                        len: key_len,
+                        kind: TypeProblemKind::MapKey(key.label()),
+                    });
+                }
+                self.expect(',')?;
+                let value = self.ty()?;
+                self.expect('>')?;
+                return self.done(DeclaredType::Map(Box::new(value)));
+            }
+            "struct" => {
+                self.expect('<')?;
+                let mut fields: Vec<(String, DeclaredType)> = Vec::new();
+                loop {
+                    self.ws();
+                    if self.peek() == Some('>') {
+                        if fields.is_empty() {
+                            return Err(self.syntax(self.pos, 1, "a struct needs at least one field".into()));
+                        }
+                        break;
+                    }
+                    let at = self.pos;
+                    let field = self.field_name()?;
+                    if fields.iter().any(|(f, _)| *f == field) {
+                        let len = self.pos - at;
+                        return Err(self.syntax(at, len, format!("field `{field}` appears twice")));
+                    }
+                    self.expect(':')?;
+                    let ty = self.ty()?;
+                    fields.push((field, ty));
+                    self.ws();
+                    match self.peek() {
+                        Some(',') => self.pos += 1,
+                        Some('>') => break,
+                        _ => {
+                            return Err(self.syntax(
+                                self.pos,
+                                1,
+                                format!("expected `,` or `>`, found {}", self.found_here()),
+                            ));
+                        }
+                    }
+                }
+                self.expect('>')?;
+                return self.done(DeclaredType::Struct(fields));
+            }
+            _ => None,
+        };
+        let Some(ty) = ty else {
+            let lower = name.to_ascii_lowercase();
+            let suggestion = TYPE_ALIASES
+                .iter()
+                .find(|(a, _)| *a == lower)
+                .map(|(_, t)| *t)
+                .or_else(|| TYPE_NAMES.iter().copied().find(|t| *t == lower))
+                .or_else(|| closest(&name, TYPE_NAMES))
+                .map(str::to_owned);
+            return Err(TypeProblem {
+                start,
+                len: self.pos - start,
+                kind: TypeProblemKind::Unknown { name, suggestion },
+            });
+        };
+        self.ws();
+        if let Some(c @ ('(' | '<')) = self.peek() {
+            return Err(self.syntax(self.pos, 1, format!("`{name}` takes no parameters, found `{c}`")));
+        }
+        self.done(ty)
+    }
+
+    fn done(&mut self, ty: DeclaredType) -> Result<DeclaredType, TypeProblem> {
+        self.depth -= 1;
+        Ok(ty)
+    }
+
+    /// A struct field name: a run of characters other than space, `:`, `,`, `<`, `>`, or any
+    /// text in backticks.
+    fn field_name(&mut self) -> Result<String, TypeProblem> {
+        let start = self.pos;
+        if self.peek() == Some('`') {
+            self.pos += 1;
+            let from = self.pos;
+            while self.peek().is_some_and(|c| c != '`') {
+                self.pos += 1;
+            }
+            if self.peek() != Some('`') {
+                return Err(self.syntax(start, 1, "unclosed `` ` `` in a field name".into()));
+            }
+            let name: String = self.chars[from..self.pos].iter().collect();
+            self.pos += 1;
+            if name.is_empty() {
+                return Err(self.syntax(start, 2, "empty field name".into()));
+            }
+            return Ok(name);
+        }
+        while self.peek().is_some_and(|c| !c.is_whitespace() && !matches!(c, ':' | ',' | '<' | '>' | '`')) {
+            self.pos += 1;
+        }
+        if self.pos == start {
+            return Err(self.syntax(start, 1, format!("expected a field name, found {}", self.found_here())));
+        }
+        Ok(self.chars[start..self.pos].iter().collect())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Suggestions
+// ---------------------------------------------------------------------------------------------
+
+fn backticked(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    quoted.join(", ")
+}
+
+/// The candidate nearest to `word`, if near enough to be a likely typo.
+fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
+    let lower = word.to_lowercase();
+    if lower.chars().count() > 64 {
+        return None;
+    }
+    let (best, d) =
+        candidates.iter().map(|c| (*c, edit_distance(&lower, &c.to_lowercase()))).min_by_key(|(_, d)| *d)?;
+    let len = lower.chars().count().min(best.chars().count());
+    let limit = match len {
+        0..=3 => 1,
+        4..=8 => 2,
+        _ => 3,
+    };
+    (d <= limit).then_some(best)
+}
+
+/// Levenshtein distance with adjacent transpositions (optimal string alignment).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (rows[i - 1][j] + 1).min(rows[i][j - 1] + 1).min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = d;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
+/// What to say about an unknown field: a likely typo, a field that belongs elsewhere, or the
+/// valid fields.
+fn unknown_field_hint(key: &str, allowed: &[&str], context: &str) -> String {
+    let elsewhere = match (context, key) {
+        (_, "nullable") => Some("columns are nullable unless `required = true`"),
+        ("an entity", "type") => Some("an entity takes its type values from `match`; column types go in `columns`"),
+        ("an entity", "name") => Some("an entity's name is its key: `[entity.NAME]`"),
+        ("an entity", "primary_key" | "pk" | "sk") => Some("key attributes and their templates go in `keys`"),
+        ("a child table", "children") => Some("child tables cannot have child tables of their own"),
+        ("a child table", "keys" | "drop" | "unmapped" | "on_error" | "match") => {
+            Some("child tables follow their parent entity; set this on the entity")
+        }
+        ("the mapping's top level", "type_attribute" | "unmapped" | "on_error" | "unmatched") => {
+            Some("file-wide settings go in `[settings]`")
+        }
+        ("the mapping's top level", f) if ENTITY_FIELDS.contains(&f) => {
+            Some("entity fields go in an entity table such as `[entity.User]`")
+        }
+        ("the mapping's top level", "entities") => Some("entities are written `[entity.NAME]`"),
+        _ => None,
+    };
+    if let Some(h) = elsewhere {
+        return h.to_owned();
+    }
+    match closest(key, allowed) {
+        Some(c) => format!("did you mean `{c}`?"),
+        None => format!("valid fields are {}", backticked(allowed)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BROKEN: &str = "tests/mappings/broken";
+
+    /// The rendered errors of a broken fixture (paths relative to the package, as in messages).
+    fn broken(name: &str) -> String {
+        let rel = format!("{BROKEN}/{name}.toml");
+        let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel)).unwrap();
+        match parse_str(Path::new(&rel), &text) {
+            Ok(m) => panic!("{rel} loaded: {m:#?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn errors(text: &str) -> Vec<MappingError> {
+        parse_str(Path::new("test.toml"), text).expect_err("should not load").0
+    }
+
+    /// One line per column: `table.column: type <- source`.
+    fn summary(m: &Mapping) -> String {
+        let source = |s: &ColumnSource| match s {
+            ColumnSource::Attribute(a) => a.clone(),
+            ColumnSource::Key { attribute, placeholder } => format!("{attribute}{{{placeholder}}}"),
+        };
+        let ty = |t: &DeclaredType| match t {
+            DeclaredType::Timestamp { unit, format, tz } => format!("timestamp({unit:?}, {format:?}, {tz})"),
+            DeclaredType::Date { format } => format!("date({format:?})"),
+            t => t.label(),
+        };
+        let mut out = format!("type_attribute={} unmatched={:?}\n", m.type_attribute, m.unmatched);
+        for e in &m.entities {
+            let keys: Vec<String> = e.keys.iter().map(|k| format!("{}={}", k.attribute, k.template.source())).collect();
+            out.push_str(&format!(
+                "{} <- {:?} unmapped={:?} on_error={:?} keys=[{}] key_prefix={:?} drop={:?}\n",
+                e.table,
+                e.match_types,
+                e.unmapped,
+                e.on_error,
+                keys.join(", "),
+                e.key_prefix,
+                e.drop
+            ));
+            for c in &e.columns {
+                let req = if c.required { " required" } else { "" };
+                out.push_str(&format!("  {}: {} <- {}{req}\n", c.name, ty(&c.ty), source(&c.source)));
+            }
+            for ch in &e.children {
+                out.push_str(&format!(
+                    "  child {} <- {} position={} parent_columns={:?}\n",
+                    ch.table, ch.source, ch.position, ch.parent_columns
+                ));
+                for c in &ch.columns {
+                    let req = if c.required { " required" } else { "" };
+                    out.push_str(&format!("    {}: {} <- {}{req}\n", c.name, ty(&c.ty), source(&c.source)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Tests that never parse a key template (no `keys` in their mappings): they pass with the
+    /// template engine stubbed.
+    mod without_templates {
+        use super::*;
+
+        /// Every fixture in `tests/mappings/broken/`, each with its snapshot below (the `cross_*`
+        /// pair is loaded together; the `*template*`/`placeholder_*` ones need the engine).
+        const FIXTURES: &[&str] = &[
+            "bad_decimal",
+            "bad_policy",
+            "bad_template",
+            "bad_type",
+            "cross_a",
+            "cross_b",
+            "drop_conflict",
+            "duplicate_column",
+            "duplicate_match",
+            "duplicate_table",
+            "empty",
+            "entity_not_table",
+            "invalid_table_name",
+            "key_prefix",
+            "key_prefix_template",
+            "many_problems",
+            "parent_columns",
+            "placeholder_column",
+            "placeholder_conflict",
+            "syntax",
+            "timestamp_format",
+            "unknown_fields",
+            "unknown_type",
+            "wrong_value_types",
+        ];
+
+        #[test]
+        fn every_fixture_is_listed() {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(BROKEN);
+            let mut found: Vec<String> = fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+                .collect();
+            found.sort();
+            assert_eq!(found, FIXTURES);
+        }
+
+        macro_rules! snapshot {
+            ($($name:ident),* $(,)?) => {$(
+                #[test]
+                fn $name() {
+                    insta::assert_snapshot!(stringify!($name), broken(stringify!($name)));
+                }
+            )*};
+        }
+
+        snapshot!(
+            bad_decimal,
+            bad_policy,
+            bad_type,
+            drop_conflict,
+            duplicate_column,
+            duplicate_match,
+            duplicate_table,
+            empty,
+            entity_not_table,
+            invalid_table_name,
+            key_prefix,
+            many_problems,
+            parent_columns,
+            syntax,
+            timestamp_format,
+            unknown_fields,
+            unknown_type,
+            wrong_value_types,
+        );
+
+        #[test]
+        fn cross_file() {
+            // Tests run in the package folder, so relative paths show as written.
+            let paths =
+                [PathBuf::from(format!("{BROKEN}/cross_a.toml")), PathBuf::from(format!("{BROKEN}/cross_b.toml"))];
+            let e = load(&paths).unwrap_err();
+            insta::assert_snapshot!("cross_file", e.to_string());
+            // Each alone is fine.
+            for p in &paths {
+                load(std::slice::from_ref(p)).unwrap();
+            }
+        }
+
+        #[test]
+        fn many_problems_are_reported_in_one_run() {
+            let rel = format!("{BROKEN}/many_problems.toml");
+            let e = load(&[PathBuf::from(&rel)]).unwrap_err();
+            let kinds: Vec<&MappingErrorKind> = e.0.iter().map(|e| &e.kind).collect();
+            assert_eq!(kinds.len(), 7, "{e}");
+            assert!(matches!(kinds[0], MappingErrorKind::BadValue { field: "on_error", .. }));
+            assert!(matches!(kinds[1], MappingErrorKind::InvalidTableName { .. }));
+            assert!(matches!(kinds[2], MappingErrorKind::UnknownType { .. }));
+            assert!(matches!(kinds[3], MappingErrorKind::MissingTimeFormat { .. }));
+            assert!(matches!(kinds[4], MappingErrorKind::DuplicateMatch { .. }));
+            assert!(matches!(kinds[5], MappingErrorKind::UnknownField { .. }));
+            assert!(matches!(kinds[6], MappingErrorKind::DecimalPrecision { precision: 50, .. }));
+            let lines: Vec<usize> = e.0.iter().map(|e| e.position.unwrap().line).collect();
+            assert!(lines.is_sorted(), "{lines:?}");
+            assert!(e.to_string().ends_with("7 problems in the mapping; nothing was run"));
+        }
+
+        #[test]
+        fn error_fields() {
+            let e = errors(
+                "[entity.Order]\ntable = \"orders\"\ncolumns = [\n  { name = \"total\", type = \"decimall(12,2)\" },\n]\n",
+            );
+            assert_eq!(e.len(), 1);
+            let e = &e[0];
+            assert_eq!(e.file, Path::new("test.toml"));
+            assert_eq!(e.position, Some(Position { line: 4, column: 29 }));
+            assert_eq!(e.entity.as_deref(), Some("Order"));
+            assert_eq!(e.field.as_deref(), Some("columns[0].type"));
+            assert_eq!(e.message(), "unknown type `decimall(12,2)` for column `total`");
+            assert_eq!(e.hint.as_deref(), Some("did you mean `decimal(12,2)`?"));
+            assert_eq!(
+                e.kind,
+                MappingErrorKind::UnknownType {
+                    column: "total".into(),
+                    name: "decimall".into(),
+                    text: "decimall(12,2)".into()
+                }
+            );
+        }
+
+        const FULL: &str = r#"
+# Everything but key templates.
+[settings]
+type_attribute = "kind"
+unmapped = "drop"
+on_error = "null"
+unmatched = "reject"
+
+[entity.OrderItem]
+match = ["OrderItem", "LineItem"]
+key_prefix = { PK = "ORDER#", SK = "ITEM#" }
+drop = ["legacy"]
+unmapped = "reject"
+columns = [
+  { name = "sku", type = "string", required = true },
+  { name = "display_name", source = "name", type = "string" },
+  { name = "signup_at", type = "timestamp", format = "epoch_s" },
+  { name = "seen_ms", type = "timestamp", format = "epoch_ms" },
+  { name = "seen_us", type = "timestamp", format = "epoch_us" },
+  { name = "iso", type = "timestamp", format = "iso8601", timezone = "+02:00" },
+  { name = "local", type = "timestamp", format = "%d.%m.%Y %H:%M", timezone = "-05:30" },
+  { name = "offset", type = "timestamp", format = "%Y-%m-%d %H:%M:%S %z" },
+  { name = "address", type = "struct<street: string, city: string, zip: string, country: string>" },
+  { name = "tags", type = "set<string>" },
+  { name = "attrs", type = " map< string ,json > " },
+  { name = "price", type = "decimal( 12 , 2 )" },
+  { name = "count", type = "decimal(12)" },
+  { name = "big", type = "decimal" },
+  { name = "weight", type = "float64" },
+  { name = "payload", type = "json" },
+  { name = "birthday", type = "date" },
+  { name = "local_day", type = "date", format = "%d.%m.%Y" },
+  { name = "history", type = "list<struct<at: timestamp, `first name`: string>>", format = "epoch_ms" },
+  { name = "sizes", type = "set<int64>" },
+  { name = "images", type = "set<binary>" },
+  { name = "ok", type = "bool" },
+]
+
+[[entity.OrderItem.children]]
+source = "parts"
+parent_columns = ["sku"]
+columns = [ { name = "part", type = "string", required = true }, { name = "n", source = "count", type = "int64" } ]
+
+[[entity.OrderItem.children]]
+table = "item_notes"
+source = "notes"
+position = "idx"
+parent_columns = ["sku", "display_name"]
+columns = [ { name = "text", type = "string" } ]
+
+[entity.Product]
+table = "products"
+on_error = "reject"
+"#;
+
+        #[test]
+        fn full_mapping_compiles() {
+            let m = parse_str(Path::new("full.toml"), FULL).unwrap();
+            insta::assert_snapshot!("full_mapping", summary(&m));
+            assert_eq!(m.files, vec![PathBuf::from("full.toml")]);
+            let e = &m.entities[0];
+            assert_eq!(e.name, "OrderItem");
+            assert_eq!(e.table, "order_item", "the default table is the entity name in snake_case");
+            assert_eq!(e.file, Path::new("full.toml"));
+            assert_eq!(m.entities[1].match_types, ["Product"], "the default match is the entity name");
+            assert_eq!(m.entity_for_type("LineItem").map(|e| e.table.as_str()), Some("order_item"));
+            assert_eq!(m.entity_for_type("Nope"), None);
+            assert_eq!(e.children[0].table, "order_item_parts");
+            assert_eq!(e.children[0].position, "position");
+            let claimed: Vec<&str> = e.claimed_attributes().into_iter().collect();
+            assert!(claimed.contains(&"name") && claimed.contains(&"parts") && claimed.contains(&"legacy"));
+            assert!(!claimed.contains(&"display_name"));
+        }
+
+        #[test]
+        fn type_labels_round_trip() {
+            for (text, label) in [
+                ("int64", "int64"),
+                ("decimal(12,2)", "decimal(12,2)"),
+                ("decimal ( 38 )", "decimal(38,0)"),
+                ("decimal", "decimal"),
+                ("list< list<string> >", "list<list<string>>"),
+                ("set<decimal(5,1)>", "set<decimal(5,1)>"),
+                ("map<string,struct<a:int64,b:json>>", "map<string, struct<a: int64, b: json>>"),
+                ("struct<`a b`: bool, c-d: binary>", "struct<`a b`: bool, c-d: binary>"),
+                ("\tdate\n", "date"),
+            ] {
+                let ty = parse_type(text).unwrap();
+                assert_eq!(ty.label(), label, "{text}");
+                assert_eq!(parse_type(&ty.label()).unwrap(), ty, "{text}");
+            }
+        }
+
+        #[test]
+        fn type_depth_is_bounded() {
+            let deep = format!("{}string{}", "list<".repeat(40), ">".repeat(40));
+            let e = parse_type(&deep).unwrap_err();
+            assert!(matches!(e.kind, TypeProblemKind::Syntax(ref m) if m.contains("deeper")), "{e:?}");
+            let ok = format!("{}string{}", "list<".repeat(20), ">".repeat(20));
+            parse_type(&ok).unwrap();
+        }
+
+        #[test]
+        fn offsets_in_toml_strings_undo_escapes() {
+            let check = |raw: &str, offset: usize, want: &str| {
+                let text = format!("x = {raw}");
+                let span = 4..text.len();
+                let at = string_offset(&text, &span, offset);
+                assert!(text[at..].starts_with(want), "{raw} @{offset}: {:?}", &text[at..]);
+            };
+            check(r#""abc{x}""#, 3, "{x}");
+            check(r#""a\"b{x}""#, 3, "{x}");
+            check(r#""a\\b{x}""#, 3, "{x}");
+            check(r#""\u00e9\U0001F600é{x}""#, 3, "{x}");
+            check(r#"'a\b{x}'"#, 3, "{x}");
+            check("\"\"\"\nab{x}\"\"\"", 2, "{x}");
+            check("'''\nab{x}'''", 2, "{x}");
+            check("\"\"\"a\\\n    b{x}\"\"\"", 2, "{x}");
+            // Past the end: the closing quote.
+            check(r#""ab""#, 9, "\"");
+        }
+
+        #[test]
+        fn positions_count_characters() {
+            let src = Source::new("f".into(), "a = 1\nüü = \"x\"\r\nlast".into());
+            assert_eq!(src.position(0), Position { line: 1, column: 1 });
+            assert_eq!(src.position(6), Position { line: 2, column: 1 });
+            assert_eq!(src.position(11), Position { line: 2, column: 4 });
+            assert_eq!(src.position(10_000), Position { line: 3, column: 5 });
+            assert_eq!(src.snippet(&(11..12)).line_text, "üü = \"x\"");
+            // Inside a multi-byte character: the character it is in.
+            assert_eq!(src.position(7), Position { line: 2, column: 1 });
+        }
+
+        #[test]
+        fn suggestions() {
+            assert_eq!(closest("colums", ENTITY_FIELDS), Some("columns"));
+            assert_eq!(closest("tabel", ENTITY_FIELDS), Some("table"));
+            assert_eq!(closest("xyz", ENTITY_FIELDS), None);
+            assert_eq!(edit_distance("ab", "ba"), 1);
+            assert_eq!(edit_distance("", "abc"), 3);
+        }
+
+        #[test]
+        fn timezones() {
+            assert_eq!(parse_timezone("UTC").as_deref(), Some("UTC"));
+            assert_eq!(parse_timezone("+02:00").as_deref(), Some("+02:00"));
+            assert_eq!(parse_timezone("-11:30").as_deref(), Some("-11:30"));
+            for bad in ["utc", "+2:00", "+24:00", "+02:60", "02:00", "+02:00:00", "Europe/Berlin", "+ü:00", ""] {
+                assert_eq!(parse_timezone(bad), None, "{bad}");
+            }
+        }
+
+        #[test]
+        fn load_reads_folders_sorted_and_skips_others() {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join("b.toml"), "[entity.B]\n").unwrap();
+            fs::write(dir.path().join("a.toml"), "[settings]\nunmapped = \"drop\"\n[entity.A]\n").unwrap();
+            fs::write(dir.path().join(".hidden.toml"), "not toml at all [").unwrap();
+            fs::write(dir.path().join("notes.txt"), "not toml at all [").unwrap();
+            let a = dir.path().join("a.toml");
+            let m = load(&[dir.path().to_owned(), a.clone()]).unwrap();
+            assert_eq!(m.files, vec![a, dir.path().join("b.toml")], "a.toml given twice is read once");
+            let tables: Vec<&str> = m.entities.iter().map(|e| e.table.as_str()).collect();
+            assert_eq!(tables, ["a", "b"]);
+            assert!(m.entities.iter().all(|e| e.unmapped == UnmappedPolicy::Drop), "settings apply to every file");
+        }
+
+        #[test]
+        fn load_reports_unreadable_paths() {
+            let dir = tempfile::tempdir().unwrap();
+            let empty = dir.path().join("empty");
+            fs::create_dir(&empty).unwrap();
+            let missing = dir.path().join("missing.toml");
+            let binary = dir.path().join("binary.toml");
+            fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
+            let e = load(&[empty.clone(), missing.clone(), binary.clone()]).unwrap_err();
+            let got: Vec<(&Path, bool)> = e.0.iter().map(|e| (e.file.as_path(), e.position.is_none())).collect();
+            assert_eq!(got, [(empty.as_path(), true), (missing.as_path(), true), (binary.as_path(), true)]);
+            assert!(matches!(e.0[0].kind, MappingErrorKind::NoTomlFiles { .. }));
+            assert!(matches!(e.0[1].kind, MappingErrorKind::Io { .. }));
+            assert_eq!(e.0[2].kind, MappingErrorKind::Io { message: "the file is not UTF-8 text".into() });
+            assert!(matches!(load(&[]).unwrap_err().0[0].kind, MappingErrorKind::NoFiles));
+        }
+
+        #[test]
+        fn policies_default_and_override() {
+            let m =
+                parse_str(Path::new("p.toml"), "[entity.A]\n[entity.B]\nunmapped = \"reject\"\non_error = \"null\"\n")
+                    .unwrap();
+            assert_eq!(m.type_attribute, "Type");
+            assert_eq!(m.unmatched, UnmatchedPolicy::Infer);
+            assert_eq!((m.entities[0].unmapped, m.entities[0].on_error), (UnmappedPolicy::Extra, ErrorPolicy::Reject));
+            assert_eq!((m.entities[1].unmapped, m.entities[1].on_error), (UnmappedPolicy::Reject, ErrorPolicy::Null));
+        }
+
+        #[test]
+        fn entities_keep_the_written_order() {
+            let m = parse_str(Path::new("o.toml"), "[entity.Zed]\n[entity.Alpha]\n[entity.Mid]\n").unwrap();
+            let names: Vec<&str> = m.entities.iter().map(|e| e.name.as_str()).collect();
+            assert_eq!(names, ["Zed", "Alpha", "Mid"]);
+        }
+
+        /// Every prefix of a valid mapping, and garbled versions of it, load or fail cleanly.
+        #[test]
+        fn truncated_and_garbled_mappings_do_not_panic() {
+            let bounds: Vec<usize> = FULL.char_indices().map(|(i, _)| i).chain([FULL.len()]).collect();
+            for &end in &bounds {
+                let _ = parse_str(Path::new("t.toml"), &FULL[..end]);
+            }
+            for (n, &at) in bounds.iter().enumerate().step_by(3) {
+                for junk in ["\"", "<", ">", "[", "]", "{", "}", ",", "=", "\\", "\n", "é", "`"] {
+                    let mut s = FULL.to_owned();
+                    if at < s.len() {
+                        s.insert_str(at, junk);
+                    }
+                    let _ = parse_str(Path::new("t.toml"), &s);
+                    if let Some(&next) = bounds.get(n + 1) {
+                        let mut s = FULL.to_owned();
+                        s.replace_range(at..next, junk);
+                        let _ = parse_str(Path::new("t.toml"), &s);
+                    }
+                }
+            }
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn arbitrary_text_does_not_panic(text in "\\PC{0,200}") {
+                let _ = parse_str(Path::new("p.toml"), &text);
+            }
+
+            #[test]
+            fn arbitrary_types_do_not_panic(text in "[a-z0-9<>(),:` _-]{0,60}") {
+                let doc = format!("[entity.A]\ncolumns = [{{ name = \"c\", type = {:?}, format = \"epoch_s\" }}]\n", text);
+                if let Err(e) = parse_str(Path::new("p.toml"), &doc) {
+                    let _ = e.to_string();
+                }
+            }
+        }
+    }
+
+    /// Tests whose mappings have `keys`: they need the real template engine
+    /// (`super::template::KeyTemplate::parse`/`placeholders`/`literal_prefix`) and panic while
+    /// it is a stub.
+    mod with_templates {
+        use super::*;
+
+        fn ecommerce() -> (PathBuf, String) {
+            let rel = PathBuf::from("mappings/ecommerce.toml");
+            let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel)).unwrap();
+            (rel, text)
+        }
+
+        #[test]
+        fn ecommerce_loads() {
+            let (rel, text) = ecommerce();
+            let m = parse_str(&rel, &text).unwrap_or_else(|e| panic!("{e}"));
+            insta::assert_snapshot!("ecommerce", summary(&m));
+            let tables: Vec<&str> = m.entities.iter().map(|e| e.table.as_str()).collect();
+            assert_eq!(tables, ["users", "orders", "order_items", "products", "reviews"]);
+            let users = &m.entities[0];
+            let claimed: Vec<&str> = users.claimed_attributes().into_iter().collect();
+            for a in ["PK", "SK", "StatusIndexPK", "email", "status", "name", "avatar"] {
+                assert!(claimed.contains(&a), "{a}: {claimed:?}");
+            }
+        }
+
+        macro_rules! snapshot {
+            ($($name:ident),* $(,)?) => {$(
+                #[test]
+                fn $name() {
+                    insta::assert_snapshot!(stringify!($name), broken(stringify!($name)));
+                }
+            )*};
+        }
+
+        snapshot!(placeholder_conflict, placeholder_column, key_prefix_template);
+
+        /// Shows the template engine's messages and hints: re-accept it when they change.
+        #[test]
+        fn bad_template_rendered() {
+            insta::assert_snapshot!("bad_template", broken("bad_template"));
+        }
+
+        /// Template errors point into the TOML string, escapes undone. Checked structurally, as
+        /// the messages and exact offsets are the template engine's.
+        #[test]
+        fn bad_template() {
+            let rel = format!("{BROKEN}/bad_template.toml");
+            let e = load(&[PathBuf::from(&rel)]).unwrap_err();
+            let got: Vec<(&str, &str, usize)> =
+                e.0.iter()
+                    .map(|e| {
+                        let MappingErrorKind::BadTemplate { attribute, .. } = &e.kind else { panic!("{e}") };
+                        (e.entity.as_deref().unwrap(), attribute.as_str(), e.position.unwrap().line)
+                    })
+                    .collect();
+            assert_eq!(
+                got,
+                [("User", "PK", 4), ("User", "SK", 4), ("Order", "PK", 8), ("Order", "SK", 9), ("Customer", "PK", 14)],
+                "{e}"
+            );
+            let cols: Vec<usize> = e.0.iter().map(|e| e.position.unwrap().column).collect();
+            // Inside each string: `"USER#{email"` spans columns 15-27, `'PROFILE#{since:epoch_sec}'`
+            // 35-61, `"K\u00e9Y\t#{order_id:bogus}"` 15-43, and line 9 holds `ORDER#{x:nope}`.
+            assert!((16..=27).contains(&cols[0]), "{cols:?}");
+            assert!((36..=61).contains(&cols[1]), "{cols:?}");
+            assert!((16..=43).contains(&cols[2]), "{cols:?}");
+            assert!((1..=15).contains(&cols[3]), "{cols:?}");
+        }
+
+        #[test]
+        fn key_columns_come_first_in_key_order_unless_placed() {
+            let m = parse_str(
+                Path::new("k.toml"),
+                r#"
+[entity.Order]
+keys = { PK = "USER#{user_email}", SK = "ORDER#{ordered_at:epoch_s}#{order_id}", GSI1PK = "ORDER#{order_id}", GSI2PK = "SEQ#{seq:int(8)}", GSI2SK = "SEQ#{seq:int}#{amount:decimal}#{day:date}#{at:epoch_ms}#{iso:iso8601}#{id:uuid}" }
+columns = [
+  { name = "status", type = "string" },
+  { name = "order_id", required = true },
+  { name = "amount", type = "decimal(12,2)" },
+]
+[[entity.Order.children]]
+source = "lines"
+columns = [ { name = "sku", type = "string" } ]
+"#,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            insta::assert_snapshot!("key_columns", summary(&m));
+            let names: Vec<&str> = m.entities[0].columns.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(
+                names,
+                ["user_email", "ordered_at", "seq", "day", "at", "iso", "id", "status", "order_id", "amount"]
+            );
+            assert_eq!(
+                m.entities[0].columns[8].source,
+                ColumnSource::Key { attribute: "SK".into(), placeholder: "order_id".into() },
+                "a placeholder in several keys reads the first"
+            );
+            assert_eq!(
+                m.entities[0].children[0].parent_columns,
+                ["user_email", "ordered_at", "order_id", "seq", "amount", "day", "at", "iso", "id"],
+                "by default children copy every key placeholder, in key order"
+            );
+        }
+
+        /// Every prefix of the sample mapping loads or fails cleanly.
+        #[test]
+        fn truncated_ecommerce_does_not_panic() {
+            let (rel, text) = ecommerce();
+            let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+            for &end in bounds.iter().step_by(2) {
+                let _ = parse_str(&rel, &text[..end]);
+            }
+        }
+    }
+}
