@@ -77,9 +77,14 @@ pub struct UnwindArgs {
     /// `s3://bucket/prefix`, where `_etl/run.json` is written last as the commit record.
     #[arg(long, short, value_name = "DIR|S3_URL")]
     pub out: String,
-    /// The attribute whose value names each item's entity.
-    #[arg(long, default_value = "Type", value_name = "NAME")]
-    pub type_attribute: String,
+    /// The attribute whose value names each item's entity [default: `Type`, or the mapping's
+    /// `settings.type_attribute`].
+    #[arg(long, value_name = "NAME")]
+    pub type_attribute: Option<String>,
+    /// Mapping files or folders of them (repeatable): declared tables, key templates parsed into
+    /// typed columns, child tables. See `mappings/README.md`.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub mapping: Vec<PathBuf>,
     /// Worker threads for reading and writing [default: number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
@@ -178,6 +183,7 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
         row_group_rows,
         target_file_bytes,
         aws,
+        mapping,
     } = args;
     let mut opts = UnwindOptions::new(sources, PathBuf::new());
     if let Err(e) = opts.set_out(&out) {
@@ -185,7 +191,32 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
         return ExitStatus::Error;
     }
     opts.aws = aws.options();
-    opts.type_attribute = type_attribute;
+    if !mapping.is_empty() {
+        match crate::mapping::file::load(&mapping) {
+            Ok(m) => {
+                if let Some(t) = &type_attribute
+                    && *t != m.type_attribute
+                {
+                    printer.error(
+                        &format!(
+                            "`--type-attribute {t}` differs from the mapping's `type_attribute = \"{}\"`",
+                            m.type_attribute
+                        ),
+                        Some("drop `--type-attribute`, or change `[settings] type_attribute` in the mapping"),
+                    );
+                    return ExitStatus::Error;
+                }
+                opts.type_attribute = m.type_attribute.clone();
+                opts.mapping = Some(std::sync::Arc::new(m));
+            }
+            Err(e) => {
+                printer.mapping_errors(&e);
+                return ExitStatus::Error;
+            }
+        }
+    } else if let Some(t) = type_attribute {
+        opts.type_attribute = t;
+    }
     if let Some(t) = threads {
         opts.threads = usize::from(t);
     }

@@ -43,6 +43,12 @@ impl Printer {
         }
     }
 
+    /// Every problem of a mapping, as the loader renders them (each with its own `error:` and
+    /// `hint:` lines).
+    pub fn mapping_errors(&self, e: &crate::mapping::file::MappingErrors) {
+        eprintln!("{e}");
+    }
+
     /// An error with its causes, one per line, and a hint.
     pub fn error_chain(&self, e: &dyn std::error::Error, hint: Option<&str>) {
         let mut out = format!("{}: {e}", self.label("error", "1;31"));

@@ -14,7 +14,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
-use super::file::{ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, TimestampFormat, UnmappedPolicy};
+use super::file::{
+    ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, TimestampFormat,
+    UnmappedPolicy,
+};
 use super::template::{KeyValue, TimeUnit};
 use super::{ColumnType, SetKind, StructField, TableSchema, TsUnit};
 use crate::decode::{Item, Number, RejectReason, Value};
@@ -69,7 +72,7 @@ pub struct Applied<'a> {
 pub fn apply<'a>(m: &EntityMapping, item: &Item<'a>, type_attribute: &str) -> Result<Applied<'a>, Failure> {
     let mut out = Applied::default();
     let policy = m.on_error;
-    let mut fail = |f: Failure, out: &mut Applied<'a>| -> Result<(), Failure> {
+    let fail = |f: Failure, out: &mut Applied<'a>| -> Result<(), Failure> {
         match policy {
             ErrorPolicy::Reject => Err(f),
             ErrorPolicy::Null => {
@@ -290,17 +293,25 @@ fn child_row<'a>(
     row.push((Cow::Owned(child.position.clone()), Value::N(Number::from_canonical(&index.to_string()).into_owned())));
     for c in &child.columns {
         let name = source_name(c);
-        let v = fields.iter().find(|(k, _)| k == name).map(|(_, v)| v).filter(|v| !matches!(v, Value::Null) || is_json(&c.ty));
+        let v = fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .filter(|v| !matches!(v, Value::Null) || is_json(&c.ty));
         match v {
             Some(v) => {
-                let v = coerce(v, &c.ty).map_err(|expected| coercion_failure(&m.name, &format!("{path}.{name}"), v, &expected))?;
+                let v = coerce(v, &c.ty)
+                    .map_err(|expected| coercion_failure(&m.name, &format!("{path}.{name}"), v, &expected))?;
                 row.push((Cow::Owned(c.name.clone()), v));
             }
             None if c.required => {
                 return Err(Failure {
                     kind: FailureKind::Required,
                     attribute: format!("{path}.{name}"),
-                    message: format!("entity `{}`: required column `{}` of `{}` has no value", m.name, c.name, child.table),
+                    message: format!(
+                        "entity `{}`: required column `{}` of `{}` has no value",
+                        m.name, c.name, child.table
+                    ),
                 });
             }
             None => {}
@@ -439,12 +450,15 @@ pub fn coerce<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String>
         },
         DeclaredType::Decimal { precision, scale } => {
             let n = numeric(v).ok_or_else(exp)?;
-            let scaled = n.to_i128_scaled((*scale).max(0) as u32).ok_or_else(|| {
-                format!("`decimal({precision},{scale})` (at most {scale} decimal places)")
-            })?;
+            let scaled = n
+                .to_i128_scaled((*scale).max(0) as u32)
+                .ok_or_else(|| format!("`decimal({precision},{scale})` (at most {scale} decimal places)"))?;
             let limit = 10i128.checked_pow(u32::from(*precision)).unwrap_or(i128::MAX);
             if scaled.unsigned_abs() >= limit.unsigned_abs() {
-                return Err(format!("`decimal({precision},{scale})` (at most {} digits before the point)", i32::from(*precision) - i32::from(*scale)));
+                return Err(format!(
+                    "`decimal({precision},{scale})` (at most {} digits before the point)",
+                    i32::from(*precision) - i32::from(*scale)
+                ));
             }
             Ok(Value::N(n))
         }
@@ -490,9 +504,9 @@ pub fn coerce<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String>
             _ => Err(format!("`{}` (an `M` value)", ty.label())),
         },
         DeclaredType::Map(t) => match v {
-            Value::M(m) => Ok(Value::M(
-                m.iter().map(|(k, x)| Ok((k.clone(), coerce(x, t)?))).collect::<Result<_, String>>()?,
-            )),
+            Value::M(m) => {
+                Ok(Value::M(m.iter().map(|(k, x)| Ok((k.clone(), coerce(x, t)?))).collect::<Result<_, String>>()?))
+            }
             _ => Err(format!("`{}` (an `M` value)", ty.label())),
         },
     }
@@ -569,7 +583,8 @@ pub fn entity_schema(m: &EntityMapping) -> TableSchema {
             let origin = match &c.source {
                 ColumnSource::Attribute(a) => format!("{}; attribute={a}", dynamodb_label(&c.ty)),
                 ColumnSource::Key { attribute, placeholder } => {
-                    let t = m.keys.iter().find(|k| &k.attribute == attribute).map(|k| k.template.source()).unwrap_or("");
+                    let t =
+                        m.keys.iter().find(|k| &k.attribute == attribute).map(|k| k.template.source()).unwrap_or("");
                     let _ = placeholder;
                     format!("S; key={attribute} {t}")
                 }
@@ -661,7 +676,11 @@ pub fn column_type(ty: &DeclaredType) -> ColumnType {
         DeclaredType::Struct(fields) => ColumnType::Struct {
             fields: fields
                 .iter()
-                .map(|(n, t)| StructField { name: n.clone(), ty: column_type(t), seen: [(dynamodb_label(t).to_owned(), 0)].into() })
+                .map(|(n, t)| StructField {
+                    name: n.clone(),
+                    ty: column_type(t),
+                    seen: [(dynamodb_label(t).to_owned(), 0)].into(),
+                })
                 .collect(),
         },
         DeclaredType::Map(t) => ColumnType::Map { value: Box::new(column_type(t)) },

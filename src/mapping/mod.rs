@@ -4,6 +4,7 @@
 //! [`ColumnType`]s and where each column came from in DynamoDB. Inference ([`infer`]) builds one
 //! per entity from every item, never a sample. This module does no I/O.
 
+pub mod apply;
 pub mod file;
 pub mod infer;
 pub mod keyinfer;

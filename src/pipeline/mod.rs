@@ -38,9 +38,12 @@ use crate::decode::json::{decode_export_line, decode_item_object};
 use crate::decode::scan::{ScanError, parse_scan_output};
 use crate::decode::{DecodeError, Item, RejectReason, Value};
 use crate::mapping::TableSchema;
+use crate::mapping::apply;
+use crate::mapping::file::{Mapping, UnmatchedPolicy};
 use crate::mapping::infer::{EntityShape, Widening};
 use crate::normalize::naming::{self, REJECTS_TABLE, UNTYPED_TABLE};
 use crate::normalize::{BatchBuilder, NormalizeError, RejectsBuilder, rejects_schema};
+use crate::sink::report::{EntityReport, MappingReport};
 use crate::sink::report::{FileReport, InputReport, Reconciliation, ReportOptions, RunReport, TableReport, Timings};
 use crate::sink::s3::PublishError;
 use crate::sink::staging::{Staging, StagingError};
@@ -67,6 +70,8 @@ pub struct UnwindOptions {
     pub publish_to: Option<S3Url>,
     /// Region, profile, endpoint for `s3://` and `dynamodb://`.
     pub aws: AwsOptions,
+    /// Declared tables (`--mapping`); without one, every schema is inferred.
+    pub mapping: Option<Arc<Mapping>>,
 }
 
 impl UnwindOptions {
@@ -85,6 +90,7 @@ impl UnwindOptions {
             target_file_bytes: DEFAULT_TARGET_FILE_BYTES,
             publish_to: None,
             aws: AwsOptions::default(),
+            mapping: None,
         }
     }
 
@@ -245,12 +251,14 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
 
     progress.phase.store(PHASE_READ, Ordering::Relaxed);
     let t_read = Instant::now();
-    let read = read_all(&plan, opts, &tmp, progress)?;
+    let mapped_tables = opts.mapping.as_deref().map(MappedTables::new);
+    let mapped = opts.mapping.as_deref().zip(mapped_tables.as_ref());
+    let read = read_all(&plan, opts, mapped, &tmp, progress)?;
     let t_read = t_read.elapsed();
 
     progress.phase.store(PHASE_WRITE, Ordering::Relaxed);
     let t_write = Instant::now();
-    let written = write_all(&plan, opts, staging.path(), &read)?;
+    let written = write_all(&plan, opts, mapped_tables.as_ref(), staging.path(), &read)?;
     let t_write = t_write.elapsed();
     std::fs::remove_dir_all(&tmp).map_err(io_err("remove", &tmp))?;
 
@@ -301,7 +309,9 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
     warnings.extend(read.warnings.iter().cloned());
     let items_read: u64 = read.files.iter().map(|s| s.items).sum();
     let rejects: u64 = read.reject_counts.values().sum();
-    let rows_written: u64 = written.tables.iter().filter(|t| t.name != REJECTS_TABLE).map(|t| t.rows).sum();
+    // Child tables hold rows exploded from their parents' items: not items of their own.
+    let rows_written: u64 =
+        written.tables.iter().filter(|t| t.name != REJECTS_TABLE && t.child_of.is_none()).map(|t| t.rows).sum();
     let rejects_rows: u64 = written.tables.iter().filter(|t| t.name == REJECTS_TABLE).map(|t| t.rows).sum();
     let manifest_item_count = if !plan.files.is_empty() && plan.files.iter().all(|f| f.expected.is_some()) {
         Some(plan.files.iter().filter_map(|f| f.expected.as_ref()).map(|e| e.item_count).sum())
@@ -343,6 +353,11 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
         tables: written.tables,
         rejects_by_reason: read.reject_counts.iter().map(|(r, n)| (r.code().to_owned(), *n)).collect(),
         widenings: written.widenings,
+        mapping: opts
+            .mapping
+            .as_deref()
+            .zip(mapped_tables.as_ref())
+            .map(|(m, t)| mapping_report(m, t, &read.entity_stats)),
         warnings,
         timings_ms: Timings {
             resolve: t_resolve.as_millis() as u64,
@@ -365,6 +380,34 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
     progress.phase.store(PHASE_DONE, Ordering::Relaxed);
     let too_many_rejects = opts.max_rejects.filter(|&max| rejects > max).map(|max| (rejects, max));
     Ok(UnwindSummary { report, schemas: written.schemas, too_many_rejects, published })
+}
+
+fn mapping_report(m: &Mapping, tables: &MappedTables, stats: &[EntityStats]) -> MappingReport {
+    MappingReport {
+        files: m.files.iter().map(|f| f.display().to_string()).collect(),
+        type_attribute: m.type_attribute.clone(),
+        entities: m
+            .entities
+            .iter()
+            .zip(stats)
+            .zip(&tables.entity_table)
+            .map(|((e, st), (_, children))| EntityReport {
+                entity: e.name.clone(),
+                table: e.table.clone(),
+                items: st.items,
+                rows: st.rows,
+                rejected: st.rejected,
+                key_template_failures: st.failures.get("key_template").copied().unwrap_or(0),
+                key_conflicts: st.failures.get("key_conflict").copied().unwrap_or(0),
+                coercion_failures: st.failures.get("coercion").copied().unwrap_or(0),
+                required_missing: st.failures.get("required").copied().unwrap_or(0),
+                nulled_values: st.nulled,
+                unmapped_attributes: st.unmapped.clone(),
+                child_tables: children.iter().map(|&c| tables.tables[c as usize].table.clone()).collect(),
+                child_rows: st.child_rows,
+            })
+            .collect(),
+    }
 }
 
 /// Verifies what manifests say about themselves before any data is read.
@@ -396,6 +439,8 @@ fn check_exports(plan: &Plan, strict: bool, warnings: &mut Vec<String>) -> Resul
 /// Where a spilled row goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Dest {
+    /// A mapped table, by index into [`MappedTables::tables`].
+    Mapped(u32),
     Entity(Arc<str>),
     Untyped,
     Rejects,
@@ -428,6 +473,8 @@ struct FileStats {
 }
 
 struct ReadResult {
+    /// Per mapping entity, in mapping order.
+    entity_stats: Vec<EntityStats>,
     files: Vec<FileStats>,
     shapes: BTreeMap<Arc<str>, EntityShape>,
     untyped: Option<EntityShape>,
@@ -438,10 +485,79 @@ struct ReadResult {
     warnings: Vec<String>,
 }
 
+/// The tables a mapping declares: each entity's table, then its child tables.
+struct MappedTables {
+    tables: Vec<TableSchema>,
+    /// Per table: the parent table's name for child tables.
+    child_of: Vec<Option<String>>,
+    /// Per entity: its table's index, and its children's indexes.
+    entity_table: Vec<(u32, Vec<u32>)>,
+}
+
+impl MappedTables {
+    fn new(m: &Mapping) -> MappedTables {
+        let mut out = MappedTables { tables: Vec::new(), child_of: Vec::new(), entity_table: Vec::new() };
+        for e in &m.entities {
+            let t = out.tables.len() as u32;
+            out.tables.push(apply::entity_schema(e));
+            out.child_of.push(None);
+            let mut children = Vec::new();
+            for c in &e.children {
+                children.push(out.tables.len() as u32);
+                out.tables.push(apply::child_schema(e, c));
+                out.child_of.push(Some(e.table.clone()));
+            }
+            out.entity_table.push((t, children));
+        }
+        out
+    }
+}
+
+/// What a mapping entity saw, for the run report.
+#[derive(Debug, Clone, Default)]
+struct EntityStats {
+    items: u64,
+    rows: u64,
+    rejected: u64,
+    failures: BTreeMap<&'static str, u64>,
+    nulled: u64,
+    unmapped: BTreeMap<String, u64>,
+    child_rows: u64,
+}
+
+impl EntityStats {
+    fn merge(&mut self, o: &EntityStats) {
+        self.items += o.items;
+        self.rows += o.rows;
+        self.rejected += o.rejected;
+        self.nulled += o.nulled;
+        self.child_rows += o.child_rows;
+        for (k, n) in &o.failures {
+            *self.failures.entry(k).or_default() += n;
+        }
+        for (k, n) in &o.unmapped {
+            *self.unmapped.entry(k.clone()).or_default() += n;
+        }
+    }
+}
+
+fn failure_label(k: apply::FailureKind) -> &'static str {
+    match k {
+        apply::FailureKind::KeyTemplate => "key_template",
+        apply::FailureKind::KeyConflict => "key_conflict",
+        apply::FailureKind::Coercion => "coercion",
+        apply::FailureKind::Required => "required",
+        apply::FailureKind::Unmapped => "unmapped_attribute",
+    }
+}
+
 /// One worker's state: its spill file, the shapes it inferred, its finished chunks.
 struct Router<'a> {
     worker: usize,
     opts: &'a UnwindOptions,
+    mapped: Option<(&'a Mapping, &'a MappedTables)>,
+    mapped_bufs: BTreeMap<u32, ChunkBuf>,
+    entity_stats: Vec<EntityStats>,
     spill: BufWriter<File>,
     spill_path: PathBuf,
     spill_pos: u64,
@@ -460,12 +576,20 @@ struct Router<'a> {
 }
 
 impl<'a> Router<'a> {
-    fn new(worker: usize, opts: &'a UnwindOptions, tmp: &Path) -> Result<Self, UnwindError> {
+    fn new(
+        worker: usize,
+        opts: &'a UnwindOptions,
+        mapped: Option<(&'a Mapping, &'a MappedTables)>,
+        tmp: &Path,
+    ) -> Result<Self, UnwindError> {
         let spill_path = tmp.join(format!("spill-{worker}.bin"));
         let f = File::create(&spill_path).map_err(io_err("create", &spill_path))?;
         Ok(Router {
             worker,
             opts,
+            mapped,
+            mapped_bufs: BTreeMap::new(),
+            entity_stats: mapped.map(|(m, _)| vec![EntityStats::default(); m.entities.len()]).unwrap_or_default(),
             spill: BufWriter::with_capacity(1 << 20, f),
             spill_path,
             spill_pos: 0,
@@ -508,7 +632,96 @@ impl<'a> Router<'a> {
         Ok(())
     }
 
-    fn item(&mut self, item: &Item<'_>, line: u64) -> Result<(), UnwindError> {
+    fn spill_mapped(&mut self, table: u32, row: &Item<'_>) -> Result<(), UnwindError> {
+        let buf = self.mapped_bufs.entry(table).or_default();
+        spill::encode_item(row, &mut buf.bytes);
+        if buf.bytes.len() >= CHUNK_BYTES {
+            let mut b = std::mem::take(buf);
+            self.write_chunk(Dest::Mapped(table), &mut b)?;
+            self.mapped_bufs.insert(table, b);
+        }
+        Ok(())
+    }
+
+    /// Routes an item through the mapping; `false` when no entity takes it (then it is
+    /// inferred as without a mapping).
+    fn mapped_item(&mut self, item: &Item<'_>, line: u64, offset: u64, raw: &[u8]) -> Result<bool, UnwindError> {
+        let Some((mapping, tables)) = self.mapped else { return Ok(false) };
+        let type_value = item.iter().find(|(k, _)| *k == mapping.type_attribute.as_str()).map(|(_, v)| v);
+        let entity = match type_value {
+            Some(Value::S(t)) => mapping.entities.iter().position(|e| e.match_types.iter().any(|m| m == t.as_ref())),
+            _ => mapping.entities.iter().position(|e| {
+                !e.key_prefix.is_empty()
+                    && e.key_prefix.iter().all(|(attr, prefix)| {
+                        item.iter().any(|(k, v)| {
+                            k == attr.as_str() && matches!(v, Value::S(s) if s.starts_with(prefix.as_str()))
+                        })
+                    })
+            }),
+        };
+        let Some(ei) = entity else {
+            if let (Some(Value::S(t)), UnmatchedPolicy::Reject) = (type_value, mapping.unmatched) {
+                let message = format!(
+                    "no entity of the mapping matches `{}` = `{t}` (`unmatched = \"reject\"`)",
+                    mapping.type_attribute
+                );
+                self.reject(RejectRow {
+                    file: self.file,
+                    line,
+                    offset,
+                    reason: RejectReason::UnmatchedEntity,
+                    attribute: &mapping.type_attribute,
+                    message: &message,
+                    raw,
+                    truncated: false,
+                })?;
+                return Ok(true);
+            }
+            return Ok(false);
+        };
+        let e = &mapping.entities[ei];
+        self.entity_stats[ei].items += 1;
+        match apply::apply(e, item, &mapping.type_attribute) {
+            Ok(applied) => {
+                let (table, children) = &tables.entity_table[ei];
+                self.spill_mapped(*table, &applied.row)?;
+                for (ci, row) in &applied.children {
+                    self.spill_mapped(children[*ci], row)?;
+                }
+                let st = &mut self.entity_stats[ei];
+                st.rows += 1;
+                st.child_rows += applied.children.len() as u64;
+                st.nulled += applied.nulled.len() as u64;
+                for f in &applied.nulled {
+                    *st.failures.entry(failure_label(f.kind)).or_default() += 1;
+                }
+                for a in applied.unmapped {
+                    *st.unmapped.entry(a).or_default() += 1;
+                }
+            }
+            Err(f) => {
+                let st = &mut self.entity_stats[ei];
+                st.rejected += 1;
+                *st.failures.entry(failure_label(f.kind)).or_default() += 1;
+                self.reject(RejectRow {
+                    file: self.file,
+                    line,
+                    offset,
+                    reason: f.kind.reason(),
+                    attribute: &f.attribute,
+                    message: &f.message,
+                    raw,
+                    truncated: false,
+                })?;
+            }
+        }
+        Ok(true)
+    }
+
+    fn item(&mut self, item: &Item<'_>, line: u64, offset: u64, raw: &[u8]) -> Result<(), UnwindError> {
+        if self.mapped_item(item, line, offset, raw)? {
+            return Ok(());
+        }
         let entity = item.iter().find(|(k, _)| *k == self.opts.type_attribute.as_str()).and_then(|(_, v)| match v {
             Value::S(s) => Some(s.as_ref()),
             _ => None,
@@ -580,6 +793,9 @@ impl<'a> Router<'a> {
 
     /// Flushes this file's chunks and returns its statistics.
     fn end_file(&mut self) -> Result<FileStats, UnwindError> {
+        for (t, mut b) in std::mem::take(&mut self.mapped_bufs) {
+            self.write_chunk(Dest::Mapped(t), &mut b)?;
+        }
         let mut keys: Vec<Arc<str>> = self.bufs.keys().cloned().collect();
         keys.sort();
         for k in keys {
@@ -595,7 +811,13 @@ impl<'a> Router<'a> {
     }
 }
 
-fn read_all(plan: &Plan, opts: &UnwindOptions, tmp: &Path, progress: &Progress) -> Result<ReadResult, UnwindError> {
+fn read_all(
+    plan: &Plan,
+    opts: &UnwindOptions,
+    mapped: Option<(&Mapping, &MappedTables)>,
+    tmp: &Path,
+    progress: &Progress,
+) -> Result<ReadResult, UnwindError> {
     let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
     let workers = opts.threads.max(1).min(plan.files.len().max(1));
@@ -604,7 +826,7 @@ fn read_all(plan: &Plan, opts: &UnwindOptions, tmp: &Path, progress: &Progress) 
             .map(|w| {
                 let (next, abort) = (&next, &abort);
                 s.spawn(move || {
-                    let r = read_worker(w, plan, opts, tmp, progress, next, abort);
+                    let r = read_worker(w, plan, opts, mapped, tmp, progress, next, abort);
                     if r.is_err() {
                         abort.store(true, Ordering::Relaxed);
                     }
@@ -627,9 +849,13 @@ fn read_all(plan: &Plan, opts: &UnwindOptions, tmp: &Path, progress: &Progress) 
     let mut reject_counts = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut first_error = None;
+    let mut entity_stats = vec![EntityStats::default(); mapped.map(|(m, _)| m.entities.len()).unwrap_or(0)];
     for r in results {
         match r {
             Ok((router, stats)) => {
+                for (total, s) in entity_stats.iter_mut().zip(&router.entity_stats) {
+                    total.merge(s);
+                }
                 for (i, st) in stats {
                     files[i] = st;
                 }
@@ -658,6 +884,7 @@ fn read_all(plan: &Plan, opts: &UnwindOptions, tmp: &Path, progress: &Progress) 
     warnings.sort();
     let untyped_items = untyped.items;
     Ok(ReadResult {
+        entity_stats,
         files,
         shapes,
         untyped: (untyped.items > 0).then_some(untyped),
@@ -669,16 +896,18 @@ fn read_all(plan: &Plan, opts: &UnwindOptions, tmp: &Path, progress: &Progress) 
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn read_worker<'a>(
     worker: usize,
     plan: &Plan,
     opts: &'a UnwindOptions,
+    mapped: Option<(&'a Mapping, &'a MappedTables)>,
     tmp: &Path,
     progress: &Progress,
     next: &AtomicUsize,
     abort: &AtomicBool,
 ) -> Result<(Router<'a>, Vec<(usize, FileStats)>), UnwindError> {
-    let mut router = Router::new(worker, opts, tmp)?;
+    let mut router = Router::new(worker, opts, mapped, tmp)?;
     let mut done = Vec::new();
     loop {
         if abort.load(Ordering::Relaxed) {
@@ -814,7 +1043,7 @@ fn read_lines<R: BufRead>(
                         router.decode_error(&err, number, offset, bytes)?;
                     }
                     Ok(text) => match decode_export_line(text) {
-                        Ok(item) => router.item(&item, number)?,
+                        Ok(item) => router.item(&item, number, offset, bytes)?,
                         Err(e) => router.decode_error(&e, number, offset, bytes)?,
                     },
                 }
@@ -856,7 +1085,7 @@ fn read_scan_file(f: &DataFile, router: &mut Router<'_>, progress: &Progress) ->
     for it in &scan.items {
         router.stats.items += 1;
         match decode_item_object(it.text) {
-            Ok(item) => router.item(&item, it.line)?,
+            Ok(item) => router.item(&item, it.line, it.offset as u64, it.text.as_bytes())?,
             Err(e) => router.decode_error(&e, it.line, it.offset as u64, it.text.as_bytes())?,
         }
     }
@@ -889,9 +1118,28 @@ struct TableJob {
     parts: Vec<Vec<ChunkRef>>,
 }
 
-fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, read: &ReadResult) -> Result<Written, UnwindError> {
+fn write_all(
+    plan: &Plan,
+    opts: &UnwindOptions,
+    mapped: Option<&MappedTables>,
+    out: &Path,
+    read: &ReadResult,
+) -> Result<Written, UnwindError> {
     let entities: BTreeSet<String> = read.shapes.keys().map(|k| k.to_string()).collect();
-    let names = naming::assign(&entities);
+    let mut names = naming::assign(&entities);
+    // Inferred tables of entities the mapping does not name must not take a mapped table's name.
+    if let Some(m) = mapped {
+        let taken: BTreeSet<&str> = m.tables.iter().map(|t| t.table.as_str()).collect();
+        for name in names.values_mut() {
+            if taken.contains(name.as_str()) {
+                let mut n = 2;
+                while taken.contains(format!("{name}_{n}").as_str()) {
+                    n += 1;
+                }
+                *name = format!("{name}_{n}");
+            }
+        }
+    }
     let mut widenings = Vec::new();
     let mut jobs: Vec<TableJob> = Vec::new();
     let mut by_dest: HashMap<Dest, Vec<ChunkRef>> = HashMap::new();
@@ -919,6 +1167,12 @@ fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, read: &ReadResult) -
         }
         jobs.push(TableJob { name, entity, kind, schema, parts });
     };
+    if let Some(m) = mapped {
+        for (i, t) in m.tables.iter().enumerate() {
+            let entity = t.entity.clone();
+            add_job(t.table.clone(), entity, TableKind::Items(Box::new(t.clone())), Dest::Mapped(i as u32));
+        }
+    }
     for (entity, shape) in &read.shapes {
         let table = names.get(entity.as_ref()).cloned().unwrap_or_else(|| naming::snake_case(entity));
         let schema = shape.schema(&table, Some(entity), &mut widenings);
@@ -995,9 +1249,14 @@ fn write_all(plan: &Plan, opts: &UnwindOptions, out: &Path, read: &ReadResult) -
             );
             ti += 1;
         }
+        let child_of = mapped.and_then(|m| {
+            let i = m.tables.iter().position(|t| t.table == job.name)?;
+            m.child_of[i].clone()
+        });
         tables.push(TableReport {
             name: job.name.clone(),
             entity: job.entity.clone(),
+            child_of,
             rows: files.iter().map(|f| f.rows).sum(),
             columns: job.schema.fields().len(),
             files,

@@ -21,6 +21,9 @@ pub struct RunReport {
     pub tables: Vec<TableReport>,
     pub rejects_by_reason: BTreeMap<String, u64>,
     pub widenings: Vec<Widening>,
+    /// Per mapping entity, when `--mapping` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<MappingReport>,
     pub warnings: Vec<String>,
     pub timings_ms: Timings,
 }
@@ -65,10 +68,42 @@ pub struct Reconciliation {
     pub untyped_items: u64,
 }
 
+/// What the mapping did, entity by entity.
+#[derive(Debug, Clone, Serialize)]
+pub struct MappingReport {
+    pub files: Vec<String>,
+    pub type_attribute: String,
+    pub entities: Vec<EntityReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EntityReport {
+    pub entity: String,
+    pub table: String,
+    /// Items the entity matched.
+    pub items: u64,
+    /// Rows written to its table (items minus rejected).
+    pub rows: u64,
+    pub rejected: u64,
+    pub key_template_failures: u64,
+    pub key_conflicts: u64,
+    pub coercion_failures: u64,
+    pub required_missing: u64,
+    /// Values left null under `on_error = "null"` (counted in the failures above too).
+    pub nulled_values: u64,
+    /// Attributes no column names, with how many items had each.
+    pub unmapped_attributes: BTreeMap<String, u64>,
+    pub child_tables: Vec<String>,
+    pub child_rows: u64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct TableReport {
     pub name: String,
     pub entity: Option<String>,
+    /// For a child table of a mapping: its parent table. Its rows are not items.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child_of: Option<String>,
     pub rows: u64,
     pub columns: usize,
     pub files: Vec<FileReport>,
