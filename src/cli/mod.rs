@@ -4,6 +4,7 @@
 //! `unwind`); progress, warnings, the summary and errors go to stderr.
 
 mod aws_args;
+mod mapping;
 mod printer;
 mod progress;
 mod sql;
@@ -62,6 +63,9 @@ pub enum Command {
     Unwind(UnwindArgs),
     /// Run SQL over a committed output (one query, `-f FILE`, or an interactive shell).
     Sql(sql::SqlArgs),
+    /// Draft a mapping file from the data, or check one against it.
+    #[command(subcommand)]
+    Mapping(mapping::MappingCommand),
     /// Write the synthetic e-commerce sample export (for demos, tests and benchmarks).
     Sample(SampleArgs),
 }
@@ -148,6 +152,7 @@ pub fn main() -> ExitCode {
     let status = match cli.command {
         Command::Unwind(args) => unwind(args, &printer),
         Command::Sql(args) => sql::sql(args, &printer),
+        Command::Mapping(cmd) => mapping::run(cmd, &printer),
         Command::Sample(args) => sample(args, &printer),
     };
     status.into()

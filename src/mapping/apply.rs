@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
+use super::file::Mapping;
 use super::file::{
     ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, TimestampFormat,
     UnmappedPolicy,
@@ -66,6 +67,39 @@ pub struct Applied<'a> {
     pub nulled: Vec<Failure>,
     /// Attributes no column names (whatever the policy did with them).
     pub unmapped: Vec<String>,
+}
+
+/// Which entity of a mapping an item belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route<'i> {
+    /// Index into [`Mapping::entities`].
+    Entity(usize),
+    /// The item's type value, which no entity matches.
+    Unmatched(&'i str),
+    /// No type value and no entity's `key_prefix` matches.
+    NoType,
+}
+
+/// Routes an item: by its type value, or by key prefixes when it has none.
+pub fn route<'i>(m: &Mapping, item: &'i Item<'_>) -> Route<'i> {
+    match item.iter().find(|(k, _)| k == m.type_attribute.as_str()).map(|(_, v)| v) {
+        Some(Value::S(t)) => match m.entities.iter().position(|e| e.match_types.iter().any(|x| x == t.as_ref())) {
+            Some(i) => Route::Entity(i),
+            None => Route::Unmatched(t.as_ref()),
+        },
+        _ => m
+            .entities
+            .iter()
+            .position(|e| {
+                !e.key_prefix.is_empty()
+                    && e.key_prefix.iter().all(|(attr, prefix)| {
+                        item.iter().any(|(k, v)| {
+                            k == attr.as_str() && matches!(v, Value::S(s) if s.starts_with(prefix.as_str()))
+                        })
+                    })
+            })
+            .map_or(Route::NoType, Route::Entity),
+    }
 }
 
 /// Applies `m` to `item`. `Err` means the item goes to the rejects table.

@@ -5,6 +5,8 @@
 //! per entity from every item, never a sample. This module does no I/O.
 
 pub mod apply;
+pub mod check;
+pub mod draft;
 pub mod file;
 pub mod infer;
 pub mod keyinfer;

@@ -15,6 +15,7 @@
 //! shapes merge associatively, and part and row-group boundaries depend only on the data.
 //! Everything is staged and published atomically by [`crate::sink::staging`].
 
+pub mod each;
 pub mod spill;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -647,20 +648,9 @@ impl<'a> Router<'a> {
     /// inferred as without a mapping).
     fn mapped_item(&mut self, item: &Item<'_>, line: u64, offset: u64, raw: &[u8]) -> Result<bool, UnwindError> {
         let Some((mapping, tables)) = self.mapped else { return Ok(false) };
-        let type_value = item.iter().find(|(k, _)| *k == mapping.type_attribute.as_str()).map(|(_, v)| v);
-        let entity = match type_value {
-            Some(Value::S(t)) => mapping.entities.iter().position(|e| e.match_types.iter().any(|m| m == t.as_ref())),
-            _ => mapping.entities.iter().position(|e| {
-                !e.key_prefix.is_empty()
-                    && e.key_prefix.iter().all(|(attr, prefix)| {
-                        item.iter().any(|(k, v)| {
-                            k == attr.as_str() && matches!(v, Value::S(s) if s.starts_with(prefix.as_str()))
-                        })
-                    })
-            }),
-        };
-        let Some(ei) = entity else {
-            if let (Some(Value::S(t)), UnmatchedPolicy::Reject) = (type_value, mapping.unmatched) {
+        let ei = match apply::route(mapping, item) {
+            apply::Route::Entity(i) => i,
+            apply::Route::Unmatched(t) if mapping.unmatched == UnmatchedPolicy::Reject => {
                 let message = format!(
                     "no entity of the mapping matches `{}` = `{t}` (`unmatched = \"reject\"`)",
                     mapping.type_attribute
@@ -677,7 +667,7 @@ impl<'a> Router<'a> {
                 })?;
                 return Ok(true);
             }
-            return Ok(false);
+            apply::Route::Unmatched(_) | apply::Route::NoType => return Ok(false),
         };
         let e = &mapping.entities[ei];
         self.entity_stats[ei].items += 1;
