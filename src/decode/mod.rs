@@ -207,6 +207,7 @@ pub fn write_item_json(item: &Item<'_>, out: &mut String) {
 /// Why an input line or item was rejected: a stable code for the rejects table and reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[repr(u8)]
 pub enum RejectReason {
     InvalidUtf8,
     InvalidJson,
@@ -241,6 +242,39 @@ pub enum RejectReason {
     /// A type value no mapping entity matches, under `unmatched = "reject"`.
     UnmatchedEntity,
 }
+
+impl RejectReason {
+    /// Every reason, in declaration order (`ALL[r as usize] == r`).
+    pub const ALL: [RejectReason; 26] = [
+        RejectReason::InvalidUtf8,
+        RejectReason::InvalidJson,
+        RejectReason::NotAnItem,
+        RejectReason::NoTypeKey,
+        RejectReason::TwoTypeKeys,
+        RejectReason::UnknownTypeKey,
+        RejectReason::WrongValueShape,
+        RejectReason::InvalidNumber,
+        RejectReason::TooManyDigits,
+        RejectReason::NumberOutOfRange,
+        RejectReason::InvalidBase64,
+        RejectReason::EmptySet,
+        RejectReason::DuplicateSetMember,
+        RejectReason::DuplicateAttribute,
+        RejectReason::TooDeep,
+        RejectReason::EmptyItem,
+        RejectReason::ItemTooLarge,
+        RejectReason::LineTooLong,
+        RejectReason::CorruptFile,
+        RejectReason::IncrementalRecord,
+        RejectReason::KeyTemplate,
+        RejectReason::KeyConflict,
+        RejectReason::Coercion,
+        RejectReason::Required,
+        RejectReason::UnmappedAttribute,
+        RejectReason::UnmatchedEntity,
+    ];
+}
+
 
 impl RejectReason {
     pub fn code(self) -> &'static str {
@@ -297,6 +331,19 @@ pub struct DecodeError {
 impl DecodeError {
     pub fn new(reason: RejectReason, attribute: impl Into<String>, offset: usize, message: impl Into<String>) -> Self {
         DecodeError { reason, attribute: attribute.into(), offset, message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::RejectReason;
+
+    #[test]
+    fn all_lists_every_reason_in_order() {
+        for (i, r) in RejectReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
+        assert_eq!(RejectReason::UnmatchedEntity as usize, RejectReason::ALL.len() - 1, "a new reason must be added to `ALL`");
     }
 }
 

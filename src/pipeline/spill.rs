@@ -181,28 +181,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-const REASONS: [RejectReason; 20] = [
-    RejectReason::InvalidUtf8,
-    RejectReason::InvalidJson,
-    RejectReason::NotAnItem,
-    RejectReason::NoTypeKey,
-    RejectReason::TwoTypeKeys,
-    RejectReason::UnknownTypeKey,
-    RejectReason::WrongValueShape,
-    RejectReason::InvalidNumber,
-    RejectReason::TooManyDigits,
-    RejectReason::NumberOutOfRange,
-    RejectReason::InvalidBase64,
-    RejectReason::EmptySet,
-    RejectReason::DuplicateSetMember,
-    RejectReason::DuplicateAttribute,
-    RejectReason::TooDeep,
-    RejectReason::EmptyItem,
-    RejectReason::ItemTooLarge,
-    RejectReason::LineTooLong,
-    RejectReason::CorruptFile,
-    RejectReason::IncrementalRecord,
-];
+const REASONS: [RejectReason; RejectReason::ALL.len()] = RejectReason::ALL;
 
 /// One rejected line or item, as stored for the `_rejects` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,7 +200,7 @@ pub fn encode_reject(r: &RejectRow<'_>, out: &mut Vec<u8>) {
     put_varint(out, u64::from(r.file));
     put_varint(out, r.line);
     put_varint(out, r.offset);
-    out.push(REASONS.iter().position(|x| *x == r.reason).unwrap_or(0) as u8);
+    out.push(r.reason as u8);
     put_bytes(out, r.attribute.as_bytes());
     put_bytes(out, r.message.as_bytes());
     put_bytes(out, r.raw);

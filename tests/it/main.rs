@@ -5,6 +5,7 @@ mod atomic;
 mod common;
 mod corpus;
 mod interop;
+mod mapping;
 mod real_export;
 mod roundtrip;
 mod sample;
