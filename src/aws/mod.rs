@@ -6,6 +6,7 @@
 //! `--profile` and `--endpoint-url` (or `AWS_ENDPOINT_URL`) override it.
 
 pub mod dynamodb;
+pub mod export;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 
