@@ -5,6 +5,8 @@
 //! and `credential_process`), web identity, and container and instance roles. `--region`,
 //! `--profile` and `--endpoint-url` (or `AWS_ENDPOINT_URL`) override it.
 
+pub mod dynamodb;
+pub mod export;
 pub mod s3;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};

@@ -4,6 +4,7 @@
 //! `unwind`); progress, warnings, the summary and errors go to stderr.
 
 mod aws_args;
+mod export;
 mod mapping;
 mod printer;
 mod progress;
@@ -63,6 +64,9 @@ pub enum Command {
     Unwind(UnwindArgs),
     /// Run SQL over a committed output (one query, `-f FILE`, or an interactive shell).
     Sql(sql::SqlArgs),
+    /// Start DynamoDB exports to S3 and list them.
+    #[command(subcommand)]
+    Export(export::ExportCommand),
     /// Draft a mapping file from the data, or check one against it.
     #[command(subcommand)]
     Mapping(mapping::MappingCommand),
@@ -74,7 +78,8 @@ pub enum Command {
 pub struct UnwindArgs {
     /// Inputs: an export folder (holding `AWSDynamoDB/`), an `AWSDynamoDB/<ExportId>` folder,
     /// a `manifest-summary.json`, folders or files of data files (`.json.gz`, `.gz`, `.json`),
-    /// or `aws dynamodb scan --output json` output (a file, or `-` for stdin).
+    /// `aws dynamodb scan --output json` output (a file, or `-` for stdin); each also as
+    /// `s3://bucket/prefix`; or `dynamodb://TABLE` to scan a live table.
     #[arg(required = true, value_name = "SOURCE")]
     pub sources: Vec<String>,
     /// Output folder, written to a staging folder beside it and published atomically; or
@@ -111,6 +116,15 @@ pub struct UnwindArgs {
     /// Roll to a new Parquet part file after this many bytes of item data.
     #[arg(long, value_name = "BYTES", default_value_t = pipeline::DEFAULT_TARGET_FILE_BYTES, hide_short_help = true)]
     pub target_file_bytes: u64,
+    /// Parallel scan segments for `dynamodb://TABLE` sources.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub segments: u32,
+    /// Strongly consistent reads for `dynamodb://TABLE` sources (twice the read capacity).
+    #[arg(long)]
+    pub consistent_read: bool,
+    /// Read-capacity budget for `dynamodb://TABLE` sources, across all segments.
+    #[arg(long, value_name = "RCU")]
+    pub max_rcu_per_second: Option<f64>,
     #[command(flatten)]
     pub aws: aws_args::AwsArgs,
 }
@@ -152,6 +166,7 @@ pub fn main() -> ExitCode {
     let status = match cli.command {
         Command::Unwind(args) => unwind(args, &printer),
         Command::Sql(args) => sql::sql(args, &printer),
+        Command::Export(cmd) => export::run(cmd, &printer),
         Command::Mapping(cmd) => mapping::run(cmd, &printer),
         Command::Sample(args) => sample(args, &printer),
     };
@@ -189,6 +204,9 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
         target_file_bytes,
         aws,
         mapping,
+        segments,
+        consistent_read,
+        max_rcu_per_second,
     } = args;
     let mut opts = UnwindOptions::new(sources, PathBuf::new());
     if let Err(e) = opts.set_out(&out) {
@@ -196,6 +214,13 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
         return ExitStatus::Error;
     }
     opts.aws = aws.options();
+    if let Some(r) = max_rcu_per_second
+        && !(r.is_finite() && r > 0.0)
+    {
+        printer.error(&format!("`--max-rcu-per-second {r}` must be a positive number"), None);
+        return ExitStatus::Error;
+    }
+    opts.scan = pipeline::ScanSettings { segments, consistent_read, max_rcu_per_second };
     if !mapping.is_empty() {
         match crate::mapping::file::load(&mapping) {
             Ok(m) => {

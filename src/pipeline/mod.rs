@@ -73,6 +73,22 @@ pub struct UnwindOptions {
     pub aws: AwsOptions,
     /// Declared tables (`--mapping`); without one, every schema is inferred.
     pub mapping: Option<Arc<Mapping>>,
+    /// How `dynamodb://TABLE` sources are scanned.
+    pub scan: ScanSettings,
+}
+
+/// Live-scan settings for `dynamodb://TABLE` sources.
+#[derive(Debug, Clone)]
+pub struct ScanSettings {
+    pub segments: u32,
+    pub consistent_read: bool,
+    pub max_rcu_per_second: Option<f64>,
+}
+
+impl Default for ScanSettings {
+    fn default() -> Self {
+        ScanSettings { segments: 1, consistent_read: false, max_rcu_per_second: None }
+    }
 }
 
 impl UnwindOptions {
@@ -92,6 +108,7 @@ impl UnwindOptions {
             publish_to: None,
             aws: AwsOptions::default(),
             mapping: None,
+            scan: ScanSettings::default(),
         }
     }
 
@@ -192,6 +209,8 @@ pub enum UnwindError {
     Staging(#[from] StagingError),
     #[error(transparent)]
     Publish(#[from] PublishError),
+    #[error(transparent)]
+    Dynamo(#[from] crate::aws::dynamodb::DynamoError),
     #[error("`{file}`: {source}")]
     Scan { file: String, source: ScanError },
     #[error("`{file}` line {line}: scan output is not valid UTF-8")]
@@ -214,6 +233,7 @@ impl UnwindError {
             UnwindError::Source(e) => e.hint(),
             UnwindError::Staging(e) => e.hint().map(str::to_owned),
             UnwindError::Publish(e) => e.hint(),
+            UnwindError::Dynamo(e) => e.hint(),
             UnwindError::Scan { source, .. } => source.hint().map(str::to_owned),
             UnwindError::Strict { .. } => {
                 Some("run without `--strict` to write rejects to the `_rejects` table and keep going".into())
@@ -240,13 +260,13 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let _scratch = ScratchGuard(opts.publish_to.as_ref().map(|_| opts.out.clone()));
-    let plan = source::resolve(&opts.sources, &opts.aws)?;
+    let staging = Staging::create(&opts.out, opts.overwrite)?;
+    let plan = resolve_sources(opts, staging.path())?;
     let mut warnings = Vec::new();
     check_exports(&plan, opts.strict, &mut warnings)?;
     progress.total_bytes.store(plan.total_bytes(), Ordering::Relaxed);
     let t_resolve = started.elapsed();
 
-    let staging = Staging::create(&opts.out, opts.overwrite)?;
     let tmp = staging.path().join("_etl").join("tmp");
     std::fs::create_dir_all(&tmp).map_err(io_err("create", &tmp))?;
 
@@ -262,6 +282,10 @@ pub fn unwind(opts: &UnwindOptions, progress: &Progress) -> Result<UnwindSummary
     let written = write_all(&plan, opts, mapped_tables.as_ref(), staging.path(), &read)?;
     let t_write = t_write.elapsed();
     std::fs::remove_dir_all(&tmp).map_err(io_err("remove", &tmp))?;
+    let spool = staging.path().join(SCAN_SPOOL);
+    if spool.exists() {
+        std::fs::remove_dir_all(&spool).map_err(io_err("remove", &spool))?;
+    }
 
     // Inputs and reconciliation.
     let mut inputs = Vec::with_capacity(plan.files.len());
@@ -409,6 +433,57 @@ fn mapping_report(m: &Mapping, tables: &MappedTables, stats: &[EntityStats]) -> 
             })
             .collect(),
     }
+}
+
+/// Where live scans are spooled inside the staging folder (removed before publishing).
+const SCAN_SPOOL: &str = "_etl/scan";
+
+/// Resolves every source in order: `dynamodb://TABLE` is scanned into spool files first, the
+/// rest are found by [`source::resolve`].
+fn resolve_sources(opts: &UnwindOptions, staging: &Path) -> Result<Plan, UnwindError> {
+    let mut plan = Plan::default();
+    for (n, src) in opts.sources.iter().enumerate() {
+        let Some(table) = src.strip_prefix("dynamodb://") else {
+            let p = source::resolve(std::slice::from_ref(src), &opts.aws)?;
+            plan.files.extend(p.files);
+            plan.exports.extend(p.exports);
+            continue;
+        };
+        let table = table.trim_end_matches('/');
+        if table.is_empty() {
+            return Err(SourceError::BadUrl { url: src.clone(), message: "names no table".into() }.into());
+        }
+        let dir = staging.join(SCAN_SPOOL).join(n.to_string());
+        std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        let _span = info_span!("scan", table).entered();
+        let scan = crate::aws::dynamodb::ScanOptions {
+            table: table.to_owned(),
+            segments: opts.scan.segments.max(1),
+            consistent_read: opts.scan.consistent_read,
+            max_rcu_per_second: opts.scan.max_rcu_per_second,
+            page_size: None,
+        };
+        let files = crate::aws::s3::io_runtime().block_on(async {
+            let sdk = opts.aws.sdk_config().await;
+            let client = crate::aws::dynamodb::client(&sdk);
+            crate::aws::dynamodb::scan_to_files(&client, &scan, &dir, |_| {})
+                .await
+                .map_err(|e| e.with_endpoint(crate::aws::dynamodb::endpoint_label(&sdk)))
+        })?;
+        for f in files {
+            let size = std::fs::metadata(&f.path).map_err(io_err("read", &f.path))?.len();
+            info!(segment = f.segment, items = f.items, pages = f.pages, rcu = f.consumed_rcu, "segment scanned");
+            plan.files.push(DataFile {
+                location: Location::Path(f.path),
+                display: format!("dynamodb://{table}#segment-{:06}", f.segment),
+                gzip: false,
+                layout: Layout::ExportLines,
+                size,
+                expected: None,
+            });
+        }
+    }
+    Ok(plan)
 }
 
 /// Verifies what manifests say about themselves before any data is read.
