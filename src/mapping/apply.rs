@@ -302,7 +302,10 @@ pub fn apply<'a>(m: &EntityMapping, item: &Item<'a>, type_attribute: &str) -> Re
         }
     }
     if !extra.is_empty() {
-        out.row.push((Cow::Borrowed(EXTRA_COLUMN), Value::M(extra)));
+        // As an item in DynamoDB JSON: `{"promo":{"S":"X1"}}`.
+        let mut text = String::new();
+        crate::decode::write_item_json(&extra, &mut text);
+        out.row.push((Cow::Borrowed(EXTRA_COLUMN), Value::S(Cow::Owned(text))));
     }
     Ok(out)
 }
@@ -627,7 +630,11 @@ pub fn entity_schema(m: &EntityMapping) -> TableSchema {
         })
         .collect();
     if m.unmapped == UnmappedPolicy::Extra {
-        columns.push(column(EXTRA_COLUMN, &DeclaredType::Json, "M; unmapped attributes".into()));
+        columns.push(column(
+            EXTRA_COLUMN,
+            &DeclaredType::Utf8,
+            "unmapped attributes as a DynamoDB JSON item; encoding=dynamodb-json".into(),
+        ));
     }
     TableSchema { table: m.table.clone(), entity: Some(m.name.clone()), columns }
 }
