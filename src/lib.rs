@@ -22,7 +22,8 @@
 //! count. [`cli`] is the only module that knows terminals and exit codes.
 //!
 //! Deviation from `ARCHITECTURE.md`, on purpose: local files are read with `std::fs` and
-//! decoded on plain threads; the `object_store`-based source (for `s3://`) is not built yet.
+//! decoded on plain threads; only `s3://` objects go through `object_store`, streamed by a task
+//! on a small I/O runtime into the same decoder threads through bounded channels ([`source::object`]).
 
 pub mod aws;
 pub mod cli;
