@@ -503,21 +503,28 @@ fn s3_out_killed_midway() {
 
     let bucket = unique("kill");
     py(m, "s3.py", &["mb", &bucket]);
+    // Aim the kills inside a run: time one complete run of the bigger input (to another prefix).
+    let timing = format!("s3://{bucket}/timing/");
+    let (r, full) =
+        run_limited(etl_cmd(m, &["unwind", "-q", s(&big), "--out", &timing], Endpoint::Env, &[]), CHILD_LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
     let out_url = format!("s3://{bucket}/o/");
     etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url, "-q"], 0);
     let answers_a = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
     assert_ne!(answers_a, want_big.stdout);
-    let mut committed = answers_a.clone();
-    let mut committed_report = s3_get(m, &bucket, "o/_etl/run.json");
+    let report_a = s3_get(m, &bucket, "o/_etl/run.json");
 
     let mut leftovers = BTreeSet::new();
     let mut killed = 0;
-    for delay_ms in [300u64, 800, 1500] {
+    // Late points too: a run may stage its files locally and upload them only at the end.
+    for percent in [5u32, 30, 60, 85, 92, 96, 99] {
+        let delay = full * percent / 100;
         let before = s3_keys(m, &bucket, "o/");
         let mut cmd = etl_cmd(m, &["unwind", "-q", s(&big), "--out", &out_url], Endpoint::Env, &[]);
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        let finished = child.try_wait().unwrap().is_some();
+        std::thread::sleep(delay);
+        let finished = child.try_wait().unwrap();
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
         let after = s3_keys(m, &bucket, "o/");
@@ -526,23 +533,23 @@ fn s3_out_killed_midway() {
         // before the kill landed) the new one, never a mix.
         let now = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
         let report = s3_get(m, &bucket, "o/_etl/run.json");
-        if now == committed {
-            assert_eq!(report, committed_report, "killed after {delay_ms} ms: run.json changed, answers did not");
+        let at = format!("killed at {percent}% of a run ({delay:?} of {full:?})");
+        if now == answers_a {
+            assert!(finished.is_none(), "{at}: the run had exited ({finished:?}) but published nothing");
+            assert_eq!(report, report_a, "{at}: run.json changed, the answers did not");
+            killed += 1;
         } else {
-            assert_eq!(now, want_big.stdout, "killed after {delay_ms} ms: neither the old nor the new answers");
-            // That run got to its commit: its files are a committed output's, not a crashed run's.
-            let report_json: Json = serde_json::from_slice(&report).expect("run.json is JSON");
-            for k in listed_keys(&report_json, &bucket, "o/").into_values().flatten() {
+            assert_eq!(now, want_big.stdout, "{at}: neither the old nor the new answers");
+            // The run reached its commit before the kill landed: its files are a committed
+            // output's, not a crashed run's. Later kills could not tell the two runs apart.
+            let report: Json = serde_json::from_slice(&report).expect("run.json is JSON");
+            for k in listed_keys(&report, &bucket, "o/").into_values().flatten() {
                 leftovers.remove(&k);
             }
-            committed = now;
-            committed_report = report;
-        }
-        if finished {
             break;
         }
-        killed += 1;
     }
+    assert!(killed >= 1, "no run was still running when killed (a full run took {full:?})");
     eprintln!("s3_out_killed_midway: {killed} runs killed, {} objects left by them", leftovers.len());
 
     // The next complete run succeeds, publishes the new data and removes the killed runs' files.
