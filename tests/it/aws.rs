@@ -584,7 +584,7 @@ fn aws_errors_are_clear() {
     // (a) A bucket that does not exist, as a source and as SQL data.
     let missing = unique("nobucket");
     let src = format!("s3://{missing}/x/");
-    for args in [vec!["unwind", src.as_str(), "--out", out_s], vec!["sql", "--data", src.as_str(), "select 1"]] {
+    for args in [["unwind", src.as_str(), "--out", out_s], ["sql", "--data", src.as_str(), "select 1"]] {
         let r = etl_aws(m, &args, 2);
         let e = r.stderr.to_lowercase();
         assert!(r.stderr.contains(&missing), "names the bucket: {}", r.stderr);
@@ -637,9 +637,9 @@ fn aws_errors_are_clear() {
     let good = format!("s3://{}/exports/shop/", shop_bucket(m));
     let bad = format!("s3://{missing}/x/");
     for (args, code) in [
-        (vec!["-vv", "unwind", good.as_str(), "--out", s(&ok_out)], 0),
-        (vec!["-vv", "unwind", bad.as_str(), "--out", out_s], 2),
-        (vec!["-vv", "sql", "--data", bad.as_str(), "select 1"], 2),
+        (["-vv", "unwind", good.as_str(), "--out", s(&ok_out)], 0),
+        (["-vv", "unwind", bad.as_str(), "--out", out_s], 2),
+        (["-vv", "sql", "--data", bad.as_str(), "select 1"], 2),
     ] {
         let (r, _) = run_limited(etl_cmd(m, &args, Endpoint::Env, &secrets), CHILD_LIMIT);
         assert_eq!(r.code, code, "etl {args:?}\n{}", r.stderr);
