@@ -2,6 +2,7 @@
 //! wrote.
 
 mod atomic;
+mod aws;
 mod common;
 mod corpus;
 mod interop;

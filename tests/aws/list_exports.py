@@ -1,0 +1,30 @@
+"""Prints a table's exports as JSON: [{"ExportArn", "ExportStatus", "ExportType"}, ...].
+
+Usage: list_exports.py ENDPOINT TABLE
+"""
+import argparse
+import json
+
+import awsutil
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("endpoint")
+    ap.add_argument("table")
+    a = ap.parse_args()
+    ddb = awsutil.client(a.endpoint, "dynamodb")
+    arn = ddb.describe_table(TableName=a.table)["Table"]["TableArn"]
+    out, token = [], None
+    while True:
+        kw = {"TableArn": arn, **({"NextToken": token} if token else {})}
+        r = ddb.list_exports(**kw)
+        out.extend(r.get("ExportSummaries", []))
+        token = r.get("NextToken")
+        if not token:
+            break
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,712 @@
+//! etl against a local AWS stand-in (moto's server, started by scripts/test): S3 sources and
+//! outputs, live DynamoDB scans, `etl export`, and the errors a user meets on the way.
+//!
+//! Each test reads the endpoint from `ETL_MOTO_ENDPOINT`; without it the tests skip, or fail when
+//! `ETL_REQUIRE_MOTO=1`. Child processes get dummy credentials and config paths that do not exist,
+//! so the developer's own AWS setup never leaks in. Buckets and tables get names unique to the
+//! test and the process, so tests run in parallel and against a long-lived server.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::datatypes::{DataType, Field};
+use serde_json::Value as Json;
+
+use crate::common::*;
+
+/// How long one child process may run before the test kills it and fails.
+const CHILD_LIMIT: Duration = Duration::from_secs(180);
+
+struct Moto {
+    endpoint: String,
+    python: String,
+    aws: String,
+    /// The working folder of every etl child; holds the nonexistent config and credentials
+    /// paths given to every child.
+    home: tempfile::TempDir,
+}
+
+/// The moto server of this run, or `None` (skip) when there is none and it is not required.
+fn moto() -> Option<&'static Moto> {
+    static MOTO: OnceLock<Option<Moto>> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        let required = std::env::var_os("ETL_REQUIRE_MOTO").is_some_and(|v| v == "1");
+        let Ok(endpoint) = std::env::var("ETL_MOTO_ENDPOINT") else {
+            assert!(!required, "ETL_REQUIRE_MOTO=1 but ETL_MOTO_ENDPOINT is not set; run the suite with scripts/test");
+            eprintln!("skipping AWS test: ETL_MOTO_ENDPOINT is not set (scripts/test starts moto and sets it)");
+            return None;
+        };
+        let python = std::env::var("ETL_TEST_PYTHON")
+            .expect("ETL_MOTO_ENDPOINT is set but ETL_TEST_PYTHON is not; run the suite with scripts/test");
+        let aws = std::env::var("ETL_TEST_AWS")
+            .unwrap_or_else(|_| Path::new(&python).with_file_name("aws").to_string_lossy().into_owned());
+        Some(Moto {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            python,
+            aws,
+            home: tempfile::tempdir().unwrap(),
+        })
+    })
+    .as_ref()
+}
+
+/// A bucket or table name no other test or run uses: lowercase, digits and dashes.
+fn unique(tag: &str) -> String {
+    static STAMP: OnceLock<u128> = OnceLock::new();
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let stamp = STAMP.get_or_init(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() % 1_000_000
+    });
+    format!("etl-it-{tag}-{}-{stamp}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Whether a child talks to moto through `AWS_ENDPOINT_URL` or must be given the endpoint itself.
+#[derive(Clone, Copy, PartialEq)]
+enum Endpoint {
+    Env,
+    NotInEnv,
+}
+
+/// The environment of every child: no inherited `AWS_*` variable, dummy credentials, a region,
+/// config files that do not exist, no instance metadata lookups.
+fn aws_env(m: &Moto, cmd: &mut Command, endpoint: Endpoint) {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("AWS_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", m.home.path().join("no-such-config"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", m.home.path().join("no-such-credentials"))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_PAGER", "")
+        .env("NO_COLOR", "1");
+    if endpoint == Endpoint::Env {
+        cmd.env("AWS_ENDPOINT_URL", &m.endpoint);
+    }
+}
+
+/// Runs `cmd` to the end with its output captured; kills it and fails after `limit`.
+fn run_limited(mut cmd: Command, limit: Duration) -> (Run, Duration) {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after {limit:?}; killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = start.elapsed();
+    let run = Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&err.join().unwrap()).into_owned(),
+    };
+    (run, elapsed)
+}
+
+fn etl_cmd(m: &Moto, args: &[&str], endpoint: Endpoint, extra_env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+    // In a scratch folder, so an `s3://` argument mistaken for a local path litters nothing.
+    cmd.args(args).current_dir(m.home.path());
+    aws_env(m, &mut cmd, endpoint);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// `etl ARGS` with `AWS_ENDPOINT_URL` pointing at moto; insists on exit status `code`.
+fn etl_aws(m: &Moto, args: &[&str], code: i32) -> Run {
+    let (r, _) = run_limited(etl_cmd(m, args, Endpoint::Env, &[]), CHILD_LIMIT);
+    assert_eq!(r.code, code, "etl {args:?}\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    r
+}
+
+/// A helper from tests/aws/ with the endpoint as its first argument; returns its stdout.
+fn py(m: &Moto, script: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new(&m.python);
+    cmd.arg(root().join("tests/aws").join(script)).arg(&m.endpoint).args(args);
+    aws_env(m, &mut cmd, Endpoint::Env);
+    let (r, _) = run_limited(cmd, CHILD_LIMIT);
+    assert_eq!(r.code, 0, "{script} {args:?} failed\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    r.stdout
+}
+
+fn s3_keys(m: &Moto, bucket: &str, prefix: &str) -> BTreeSet<String> {
+    py(m, "s3.py", &["list", bucket, prefix]).lines().map(str::to_owned).collect()
+}
+
+fn s3_get(m: &Moto, bucket: &str, key: &str) -> Vec<u8> {
+    let mut cmd = Command::new(&m.python);
+    cmd.arg(root().join("tests/aws/s3.py")).args([&m.endpoint, "get", bucket, key]);
+    aws_env(m, &mut cmd, Endpoint::Env);
+    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "get s3://{bucket}/{key} failed");
+    out.stdout
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temp path")
+}
+
+// --- Shared fixtures -------------------------------------------------------------------------
+
+/// `etl unwind sample-exports/shop --out DIR0`, once: the tables every AWS path must reproduce.
+fn local_out() -> &'static Path {
+    static OUT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, out) = OUT.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        unwind(&[&sample_export()], &out, &[], 0);
+        (tmp, out)
+    });
+    out
+}
+
+/// The sample export uploaded unchanged to `s3://BUCKET/exports/shop/`, once.
+fn shop_bucket(m: &Moto) -> &'static str {
+    static BUCKET: OnceLock<String> = OnceLock::new();
+    BUCKET.get_or_init(|| {
+        let bucket = unique("shop");
+        py(m, "upload.py", &[s(&sample_export()), &bucket, "exports/shop"]);
+        bucket
+    })
+}
+
+/// A table holding every item of the sample export, with point-in-time recovery on, once.
+fn shop_table(m: &Moto) -> &'static str {
+    static TABLE: OnceLock<String> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let table = unique("shop");
+        let n = py(m, "load_table.py", &[&table, s(&sample_export()), "--pitr"]);
+        assert_eq!(n.trim(), "3245", "items loaded");
+        table
+    })
+}
+
+/// The sample's export folder name, `AWSDynamoDB/<ExportId>`.
+fn sample_export_id() -> String {
+    let dir = sample_export().join("AWSDynamoDB");
+    let mut ids: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(ids.len(), 1);
+    ids.pop().unwrap()
+}
+
+// --- Comparing outputs -----------------------------------------------------------------------
+
+fn table_names(out: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(out)
+        .unwrap_or_else(|e| panic!("read {}: {e}", out.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "_etl" && !n.starts_with('.'))
+        .collect()
+}
+
+/// A field as text, with struct members sorted by name at every level: column order follows the
+/// order items arrive in, which differs between sources (an export's files, a parallel scan's
+/// segments), so only names, types, nullability and metadata are compared.
+fn field_text(f: &Field) -> String {
+    let meta: BTreeMap<&String, &String> = f.metadata().iter().collect();
+    format!("{}: {} null={} {meta:?}", f.name(), type_text(f.data_type()), f.is_nullable())
+}
+
+fn type_text(t: &DataType) -> String {
+    match t {
+        DataType::Struct(fields) => {
+            let mut members: Vec<String> = fields.iter().map(|f| field_text(f)).collect();
+            members.sort();
+            format!("Struct({})", members.join(", "))
+        }
+        DataType::List(f) => format!("List({})", field_text(f)),
+        other => other.to_string(),
+    }
+}
+
+fn schema_text(dir: &Path) -> BTreeMap<String, String> {
+    let (schema, _) = read_table(dir);
+    schema.fields().iter().map(|f| (f.name().clone(), field_text(f))).collect()
+}
+
+/// The same set of tables, and per table the same columns (names, types, metadata) and the same
+/// multiset of rows (order may differ between sources). `_etl/run.json` may differ.
+fn assert_same_tables(want: &Path, got: &Path, what: &str) {
+    assert_eq!(table_names(got), table_names(want), "{what}: table names");
+    for t in table_names(want) {
+        assert_eq!(schema_text(&got.join(&t)), schema_text(&want.join(&t)), "{what}: schema of {t}");
+        let (w, g) = (canonical_rows(&want.join(&t)), canonical_rows(&got.join(&t)));
+        assert_eq!(g.len(), w.len(), "{what}: rows of {t}");
+        assert!(g == w, "{what}: values of {t} differ");
+    }
+}
+
+/// What a run's report says about the checks of its inputs, independent of where they were read
+/// from: per data file (items, expected and actual MD5, check results), sorted; then the export's
+/// manifest checksum statuses.
+fn input_checks(report: &Json) -> (Vec<String>, Vec<String>) {
+    let mut files: Vec<String> = report["inputs"]
+        .as_array()
+        .expect("inputs")
+        .iter()
+        .map(|i| {
+            format!(
+                "items={} md5_expected={} md5_actual={} md5_check={} item_count_check={}",
+                i["items"], i["md5_expected"], i["md5_actual"], i["md5_check"], i["item_count_check"]
+            )
+        })
+        .collect();
+    files.sort();
+    let exports = report["exports"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| format!("summary={} files={}", e["summary_checksum"]["status"], e["files_checksum"]["status"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    (files, exports)
+}
+
+/// A committed S3 output's `_etl/run.json`.
+fn s3_report(m: &Moto, bucket: &str, prefix: &str) -> Json {
+    let bytes = s3_get(m, bucket, &format!("{prefix}_etl/run.json"));
+    serde_json::from_slice(&bytes).expect("run.json is JSON")
+}
+
+/// Every data file a report lists, per table, as keys in `bucket` (paths relative to the output
+/// prefix, or full `s3://` URLs).
+fn listed_keys(report: &Json, bucket: &str, prefix: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for t in report["tables"].as_array().expect("tables") {
+        let name = t["name"].as_str().expect("table name").to_owned();
+        let keys = t["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .map(|f| {
+                let p = f["path"].as_str().expect("file path");
+                match p.strip_prefix("s3://") {
+                    Some(rest) => {
+                        let (b, key) = rest.split_once('/').expect("s3 URL with a key");
+                        assert_eq!(b, bucket, "file {p} outside the output bucket");
+                        key.to_owned()
+                    }
+                    None => format!("{prefix}{}", p.trim_start_matches('/')),
+                }
+            })
+            .collect();
+        out.insert(name, keys);
+    }
+    out
+}
+
+/// Downloads the files a committed S3 output lists into `dir/<table>/part-NNNNN.parquet`.
+fn download_tables(m: &Moto, bucket: &str, prefix: &str, dir: &Path) {
+    let report = s3_report(m, bucket, prefix);
+    for (table, keys) in listed_keys(&report, bucket, prefix) {
+        let tdir = dir.join(&table);
+        std::fs::create_dir_all(&tdir).unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            std::fs::write(tdir.join(format!("part-{i:05}.parquet")), s3_get(m, bucket, key)).unwrap();
+        }
+    }
+}
+
+// --- The tests -------------------------------------------------------------------------------
+
+#[test]
+fn s3_export_equals_local() {
+    let Some(m) = moto() else { return };
+    let bucket = shop_bucket(m);
+    let id = sample_export_id();
+    let tmp = tempfile::tempdir().unwrap();
+    let local = local_out();
+    let local_checks = input_checks(&run_report(local));
+    assert!(local_checks.0.iter().all(|c| c.contains("md5_check=\"verified\"")), "{local_checks:?}");
+
+    let forms = [
+        format!("s3://{bucket}/exports/shop/"),
+        format!("s3://{bucket}/exports/shop/AWSDynamoDB/{id}/"),
+        format!("s3://{bucket}/exports/shop/AWSDynamoDB/{id}/manifest-summary.json"),
+    ];
+    for (i, src) in forms.iter().enumerate() {
+        let out = tmp.path().join(format!("s3-{i}"));
+        etl_aws(m, &["unwind", src, "--out", s(&out)], 0);
+        assert_same_tables(local, &out, src);
+        assert_eq!(input_checks(&run_report(&out)), local_checks, "checksum results of {src}");
+        let inputs = run_report(&out)["inputs"].to_string();
+        assert!(inputs.contains(bucket), "run.json names the S3 inputs: {inputs}");
+    }
+
+    // As AWS writes it: manifests with full keys from the bucket root under `s3Prefix`. Here the
+    // endpoint and region come from flags instead of the environment.
+    let real = unique("real");
+    py(m, "upload.py", &[s(&sample_export()), &real, "nightly/shop", "--as-export"]);
+    let out = tmp.path().join("as-export");
+    let src = format!("s3://{real}/nightly/shop/AWSDynamoDB/{id}/manifest-summary.json");
+    let args = ["unwind", &src, "--out", s(&out), "--endpoint-url", &m.endpoint, "--region", "us-east-1"];
+    let (r, _) = run_limited(etl_cmd(m, &args, Endpoint::NotInEnv, &[]), CHILD_LIMIT);
+    assert_eq!(r.code, 0, "etl {args:?}\n{}", r.stderr);
+    assert_same_tables(local, &out, &src);
+    assert_eq!(input_checks(&run_report(&out)), local_checks, "checksum results of {src}");
+}
+
+#[test]
+fn moto_export_roundtrip() {
+    let Some(m) = moto() else { return };
+    let table = shop_table(m);
+    let bucket = unique("motoexp");
+    let location = py(m, "export.py", &[table, &bucket, "moto/shop"]);
+    let location = location.trim();
+    assert!(location.starts_with(&format!("s3://{bucket}/moto/shop/AWSDynamoDB/")), "{location}");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    etl_aws(m, &["unwind", location, "--out", s(&out)], 0);
+    assert_same_tables(local_out(), &out, location);
+    let report = run_report(&out);
+    assert_eq!(report["reconciliation"]["items_read"], 3245, "{}", report["reconciliation"]);
+}
+
+#[test]
+fn aws_cli_scan_roundtrip() {
+    let Some(m) = moto() else { return };
+    let table = shop_table(m);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(&m.aws);
+    cmd.args(["dynamodb", "scan", "--table-name", table, "--output", "json", "--endpoint-url", &m.endpoint]);
+    aws_env(m, &mut cmd, Endpoint::Env);
+    let (r, _) = run_limited(cmd, CHILD_LIMIT);
+    assert_eq!(r.code, 0, "aws dynamodb scan failed:\n{}", r.stderr);
+    let scan: Json = serde_json::from_str(&r.stdout).expect("scan output is one JSON document");
+    assert_eq!(scan["Items"].as_array().map(Vec::len), Some(3245));
+    let file = tmp.path().join("scan.json");
+    std::fs::write(&file, &r.stdout).unwrap();
+    let out = tmp.path().join("out");
+    unwind(&[&file], &out, &[], 0);
+    assert_same_tables(local_out(), &out, "aws dynamodb scan output");
+}
+
+#[test]
+fn live_scan_segments() {
+    let Some(m) = moto() else { return };
+    let table = shop_table(m);
+    let src = format!("dynamodb://{table}");
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, extra) in [
+        ("segments-4", &["--segments", "4"][..]),
+        ("segments-1", &["--segments", "1"][..]),
+        ("rcu-limit", &["--segments", "2", "--max-rcu-per-second", "1000"][..]),
+    ] {
+        let out = tmp.path().join(name);
+        let mut args = vec!["unwind", src.as_str(), "--out", s(&out)];
+        args.extend_from_slice(extra);
+        etl_aws(m, &args, 0);
+        assert_same_tables(local_out(), &out, &format!("{src} {extra:?}"));
+    }
+}
+
+#[test]
+fn s3_out_and_sql() {
+    let Some(m) = moto() else { return };
+    let bucket = unique("out");
+    py(m, "s3.py", &["mb", &bucket]);
+    let out_url = format!("s3://{bucket}/out/");
+    etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url], 0);
+    assert!(!m.home.path().join("s3:").exists(), "wrote a local folder `s3:` instead of to S3");
+
+    // Layout: run.json lists every data file, and each listed file exists.
+    let report = s3_report(m, &bucket, "out/");
+    let first = listed_keys(&report, &bucket, "out/");
+    let tables: BTreeSet<&String> = first.keys().collect();
+    assert_eq!(tables, table_names(local_out()).iter().collect(), "tables in run.json");
+    let keys = s3_keys(m, &bucket, "out/");
+    let listed: BTreeSet<String> = first.values().flatten().cloned().collect();
+    for k in &listed {
+        assert!(keys.contains(k), "run.json lists {k}, which is not in the bucket: {keys:?}");
+    }
+    let parquet: BTreeSet<String> = keys.iter().filter(|k| k.ends_with(".parquet")).cloned().collect();
+    assert_eq!(parquet, listed, "every Parquet object is listed by run.json");
+
+    // The tables themselves.
+    let tmp = tempfile::tempdir().unwrap();
+    let down = tmp.path().join("down");
+    download_tables(m, &bucket, "out/", &down);
+    assert_same_tables(local_out(), &down, &out_url);
+
+    // SQL over S3 prints what SQL over the local output prints.
+    let local = local_out().to_str().unwrap().to_owned();
+    for q in ["revenue_by_month", "top_customers_by_lifetime_value", "revenue_by_category", "products_never_ordered"] {
+        let file = root().join("sql").join(format!("{q}.sql"));
+        let want = etl(["sql", "--data", &local, "-f", s(&file), "--format", "csv"]);
+        assert_eq!(want.code, 0, "{}", want.stderr);
+        let got = etl_aws(m, &["sql", "--data", &out_url, "-f", s(&file), "--format", "csv"], 0);
+        assert_eq!(got.stdout, want.stdout, "{q} over S3");
+    }
+
+    // A second run writes under names of its own (the run id is in the path), and still reads.
+    etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url], 0);
+    let second: BTreeSet<String> =
+        listed_keys(&s3_report(m, &bucket, "out/"), &bucket, "out/").into_values().flatten().collect();
+    assert!(
+        listed.is_disjoint(&second),
+        "runs share file names: {:?}",
+        listed.intersection(&second).collect::<Vec<_>>()
+    );
+    let q = r#"select count(*) as n from "order""#;
+    let got = etl_aws(m, &["sql", "--data", &out_url, q, "--format", "csv"], 0);
+    let want = etl(["sql", "--data", &local, q, "--format", "csv"]);
+    assert_eq!(got.stdout, want.stdout);
+}
+
+/// One query whose answer changes with every table of the sample's schema.
+const COUNTS: &str = r#"select (select count(*) from "user") as users, (select count(*) from "order") as orders, (select count(*) from order_item) as items, (select count(*) from product) as products, (select count(*) from review) as reviews"#;
+
+#[test]
+fn s3_out_killed_midway() {
+    let Some(m) = moto() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let big = tmp.path().join("big");
+    let r = etl(["sample", "--out", s(&big), "--users", "20000", "--files", "8", "--seed", "7", "-q"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The answers of the bigger input, from a local run.
+    let big_local = tmp.path().join("big-local");
+    unwind(&[&big], &big_local, &["-q"], 0);
+    let want_big = etl(["sql", "--data", s(&big_local), COUNTS, "--format", "csv"]);
+    assert_eq!(want_big.code, 0, "{}", want_big.stderr);
+
+    let bucket = unique("kill");
+    py(m, "s3.py", &["mb", &bucket]);
+    // Aim the kills inside a run: time one complete run of the bigger input (to another prefix).
+    let timing = format!("s3://{bucket}/timing/");
+    let (r, full) =
+        run_limited(etl_cmd(m, &["unwind", "-q", s(&big), "--out", &timing], Endpoint::Env, &[]), CHILD_LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    let out_url = format!("s3://{bucket}/o/");
+    etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url, "-q"], 0);
+    let answers_a = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
+    assert_ne!(answers_a, want_big.stdout);
+    let report_a = s3_get(m, &bucket, "o/_etl/run.json");
+
+    let mut leftovers = BTreeSet::new();
+    let mut killed = 0;
+    // Late points too: a run may stage its files locally and upload them only at the end.
+    for percent in [5u32, 30, 60, 85, 92, 96, 99] {
+        let delay = full * percent / 100;
+        let before = s3_keys(m, &bucket, "o/");
+        let mut cmd = etl_cmd(m, &["unwind", "-q", s(&big), "--out", &out_url], Endpoint::Env, &[]);
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(delay);
+        let finished = child.try_wait().unwrap();
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let after = s3_keys(m, &bucket, "o/");
+        leftovers.extend(after.difference(&before).cloned());
+        // Readers see a complete output: the previous one, or (when the run got to its commit
+        // before the kill landed) the new one, never a mix.
+        let now = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
+        let report = s3_get(m, &bucket, "o/_etl/run.json");
+        let at = format!("killed at {percent}% of a run ({delay:?} of {full:?})");
+        if now == answers_a {
+            assert!(finished.is_none(), "{at}: the run had exited ({finished:?}) but published nothing");
+            assert_eq!(report, report_a, "{at}: run.json changed, the answers did not");
+            killed += 1;
+        } else {
+            assert_eq!(now, want_big.stdout, "{at}: neither the old nor the new answers");
+            // The run reached its commit before the kill landed: what it wrote belongs to a
+            // committed output, not a crashed run. Later kills could not tell the runs apart.
+            for k in after.difference(&before) {
+                leftovers.remove(k);
+            }
+            break;
+        }
+    }
+    assert!(killed >= 1, "no run was still running when killed (a full run took {full:?})");
+    eprintln!("s3_out_killed_midway: {killed} runs killed, {} objects left by them", leftovers.len());
+
+    // The next complete run succeeds, publishes the new data and removes the killed runs' files.
+    etl_aws(m, &["unwind", "-q", s(&big), "--out", &out_url], 0);
+    let now = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
+    assert_eq!(now, want_big.stdout);
+    let report = s3_report(m, &bucket, "o/");
+    let listed: BTreeSet<String> = listed_keys(&report, &bucket, "o/").into_values().flatten().collect();
+    let keys = s3_keys(m, &bucket, "o/");
+    for k in &listed {
+        assert!(keys.contains(k), "run.json lists {k}, which is not in the bucket");
+    }
+    let stale: Vec<&String> = leftovers
+        .iter()
+        .filter(|k| keys.contains(*k) && !listed.contains(*k))
+        // Fixed names every run writes at its commit.
+        .filter(|k| *k != "o/_etl/run.json" && !k.starts_with("o/_etl/schema/"))
+        .collect();
+    assert!(stale.is_empty(), "objects of killed runs survived the next run: {stale:?}");
+    let uploads = py(m, "s3.py", &["uploads", &bucket, "o/"]);
+    if uploads.trim() != "[]" {
+        eprintln!("s3_out_killed_midway: multipart uploads still open after the next run: {}", uploads.trim());
+    }
+}
+
+#[test]
+fn aws_errors_are_clear() {
+    let Some(m) = moto() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let out_s = s(&out);
+
+    // (a) A bucket that does not exist, as a source and as SQL data.
+    let missing = unique("nobucket");
+    let src = format!("s3://{missing}/x/");
+    for args in [["unwind", src.as_str(), "--out", out_s], ["sql", "--data", src.as_str(), "select 1"]] {
+        let r = etl_aws(m, &args, 2);
+        let e = r.stderr.to_lowercase();
+        assert!(r.stderr.contains(&missing), "names the bucket: {}", r.stderr);
+        assert!(e.contains("not found") || e.contains("does not exist"), "{}", r.stderr);
+        assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+    }
+    assert!(!out.exists());
+
+    // (b) A data file listed in manifest-files.json is missing.
+    let bucket = unique("gone");
+    py(m, "upload.py", &[s(&sample_export()), &bucket, "exports/shop"]);
+    let id = sample_export_id();
+    let manifest =
+        String::from_utf8(s3_get(m, &bucket, &format!("exports/shop/AWSDynamoDB/{id}/manifest-files.json"))).unwrap();
+    let victim = manifest
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).unwrap())
+        .find(|f| f["itemCount"].as_u64() > Some(0))
+        .expect("a non-empty data file")["dataFileS3Key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let victim_key = format!("exports/shop/{victim}");
+    py(m, "s3.py", &["delete", &bucket, &victim_key]);
+    let src = format!("s3://{bucket}/exports/shop/AWSDynamoDB/{id}/manifest-summary.json");
+    let r = etl_aws(m, &["unwind", &src, "--out", out_s], 2);
+    let file_name = victim.rsplit('/').next().unwrap();
+    assert!(r.stderr.contains(file_name), "names the missing key {victim_key}: {}", r.stderr);
+    assert!(!out.exists());
+
+    // (c) A table that does not exist.
+    let table = "no_such_table_".to_owned() + &unique("t").replace('-', "_");
+    let src = format!("dynamodb://{table}");
+    let r = etl_aws(m, &["unwind", &src, "--out", out_s], 2);
+    assert!(r.stderr.contains(&table), "names the table: {}", r.stderr);
+
+    // (d) Nothing listens at the endpoint: a clear error, quickly (retries must not take minutes).
+    for src in [format!("s3://{}/exports/shop/", shop_bucket(m)), format!("dynamodb://{}", shop_table(m))] {
+        let args = ["unwind", &src, "--out", out_s, "--endpoint-url", "http://127.0.0.1:1"];
+        let (r, took) = run_limited(etl_cmd(m, &args, Endpoint::Env, &[]), CHILD_LIMIT);
+        assert_eq!(r.code, 2, "etl {args:?}\n{}", r.stderr);
+        assert!(took < Duration::from_secs(60), "gave up only after {took:?}");
+        let e = r.stderr.to_lowercase();
+        assert!(e.contains("127.0.0.1:1") || e.contains("connect"), "says it could not connect: {}", r.stderr);
+    }
+
+    // (e) Secrets never reach the output, even at -vv, on success and on failure.
+    let secrets = [("AWS_SECRET_ACCESS_KEY", "etl-test-secret-9f8e7d"), ("AWS_SESSION_TOKEN", "etl-test-token-1a2b3c")];
+    let ok_out = tmp.path().join("ok");
+    let good = format!("s3://{}/exports/shop/", shop_bucket(m));
+    let bad = format!("s3://{missing}/x/");
+    for (args, code) in [
+        (["-vv", "unwind", good.as_str(), "--out", s(&ok_out)], 0),
+        (["-vv", "unwind", bad.as_str(), "--out", out_s], 2),
+        (["-vv", "sql", "--data", bad.as_str(), "select 1"], 2),
+    ] {
+        let (r, _) = run_limited(etl_cmd(m, &args, Endpoint::Env, &secrets), CHILD_LIMIT);
+        assert_eq!(r.code, code, "etl {args:?}\n{}", r.stderr);
+        for (name, secret) in secrets {
+            assert!(!r.stdout.contains(secret), "{name} on stdout of {args:?}");
+            assert!(!r.stderr.contains(secret), "{name} on stderr of {args:?}");
+        }
+    }
+}
+
+#[test]
+fn export_start_wait_list() {
+    let Some(m) = moto() else { return };
+    let table = shop_table(m);
+    let bucket = unique("exp");
+    py(m, "s3.py", &["mb", &bucket]);
+    let r = etl_aws(m, &["export", "start", "--table", table, "--bucket", &bucket, "--prefix", "p", "--wait"], 0);
+    let location = r
+        .stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("s3://"))
+        .unwrap_or_else(|| panic!("no s3:// location on stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr))
+        .to_owned();
+    assert!(location.starts_with(&format!("s3://{bucket}/p")), "{location}");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    etl_aws(m, &["unwind", &location, "--out", s(&out)], 0);
+    assert_same_tables(local_out(), &out, &location);
+
+    // `export list` shows it.
+    let exports: Json = serde_json::from_str(&py(m, "list_exports.py", &[table])).unwrap();
+    let arns: Vec<String> =
+        exports.as_array().unwrap().iter().map(|e| e["ExportArn"].as_str().unwrap().to_owned()).collect();
+    assert!(!arns.is_empty());
+    let listed = etl_aws(m, &["export", "list", "--table", table], 0);
+    assert!(
+        arns.iter()
+            .any(|a| listed.stdout.contains(a.as_str()) || listed.stdout.contains(a.rsplit('/').next().unwrap())),
+        "export list names none of {arns:?}:\n{}",
+        listed.stdout
+    );
+
+    // A table without point-in-time recovery.
+    let plain = unique("nopitr");
+    py(m, "load_table.py", &[&plain]);
+    let r = etl_aws(m, &["export", "start", "--table", &plain, "--bucket", &bucket, "--prefix", "p2", "--wait"], 2);
+    let e = r.stderr.to_lowercase();
+    assert!(e.contains("hint:"), "{}", r.stderr);
+    assert!(e.contains("point-in-time recovery") || e.contains("point in time recovery"), "{}", r.stderr);
+
+    // A bucket that does not exist: moto accepts the export and it ends FAILED (S3NoSuchBucket).
+    let missing = unique("nobucket");
+    let (r, _) = run_limited(
+        etl_cmd(
+            m,
+            &["export", "start", "--table", table, "--bucket", &missing, "--prefix", "p", "--wait"],
+            Endpoint::Env,
+            &[],
+        ),
+        CHILD_LIMIT,
+    );
+    assert!(r.code == 1 || r.code == 2, "exit {}\n{}", r.code, r.stderr);
+    let e = r.stderr.to_lowercase();
+    assert!(
+        r.stderr.contains(&missing) || e.contains("nosuchbucket") || e.contains("does not exist"),
+        "says the bucket is missing: {}",
+        r.stderr
+    );
+}
