@@ -181,7 +181,11 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("ETL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("etl={level},warn")));
+        // The AWS SDK logs raw HTTP responses at `warn`; keep them for `-vv`.
+        .unwrap_or_else(|_| {
+            let others = if verbose >= 2 { "warn" } else { "error" };
+            tracing_subscriber::EnvFilter::new(format!("etl={level},{others}"))
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -103,9 +103,10 @@ impl Printer {
         let rec = &r.reconciliation;
         let verified = r.inputs.iter().filter(|i| i.md5_check == crate::source::CheckStatus::Verified).count();
         text.push_str(&format!(
-            "\nread {} items from {} files{}; wrote {} rows and {} rejects: {}\n",
+            "\nread {} items from {} file{}{}; wrote {} rows and {} rejects: {}\n",
             group(rec.items_read),
             r.inputs.len(),
+            if r.inputs.len() == 1 { "" } else { "s" },
             if verified > 0 { format!(" ({verified} verified against the manifest)") } else { String::new() },
             group(rec.rows_written),
             group(rec.rejects),

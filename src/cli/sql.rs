@@ -74,7 +74,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         other => return Err(format!("unknown unit `{other}`; use ms, s, m or h")),
     };
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is not a duration of zero or more"))
 }
 
 pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
