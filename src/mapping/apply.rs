@@ -727,3 +727,96 @@ pub fn column_type(ty: &DeclaredType) -> ColumnType {
         DeclaredType::Map(t) => ColumnType::Map { value: Box::new(column_type(t)) },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::json::decode_export_line;
+    use crate::mapping::file::parse_str;
+
+    const MAPPING: &str = r#"
+[settings]
+unmatched = "reject"
+
+[entity.Event]
+table = "events"
+key_prefix = { PK = "EVT#" }
+unmapped = "reject"
+keys = { PK = "EVT#{day:date}#{seq:int(4)}", SK = "AT#{at:iso8601}" }
+columns = [
+  { name = "local", type = "timestamp", format = "%Y-%m-%d %H:%M", timezone = "+02:00" },
+  { name = "amount", type = "decimal(5,2)" },
+  { name = "ms", type = "timestamp", format = "epoch_ms" },
+  { name = "props", type = "map<string, int64>" },
+]
+"#;
+
+    fn mapping() -> Mapping {
+        parse_str(std::path::Path::new("t.toml"), MAPPING).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn get<'a>(row: &'a Item<'a>, name: &str) -> Option<&'a Value<'a>> {
+        row.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    fn num(v: Option<&Value<'_>>) -> String {
+        match v {
+            Some(Value::N(n)) => n.as_str().to_owned(),
+            other => panic!("not a number: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn key_prefix_routes_items_without_a_type_and_values_are_coerced() {
+        let m = mapping();
+        let line = r#"{"Item":{"PK":{"S":"EVT#2025-06-01#0042"},"SK":{"S":"AT#2025-06-01T12:00:00.250Z"},"local":{"S":"2025-06-01 14:00"},"amount":{"N":"12.5"},"ms":{"N":"1748779200250"},"props":{"M":{"a":{"N":"1"}}}}}"#;
+        let item = decode_export_line(line).unwrap();
+        assert_eq!(route(&m, &item), Route::Entity(0));
+        let a = apply(&m.entities[0], &item, "Type").unwrap();
+        assert_eq!(num(get(&a.row, "day")), "20240"); // days since 1970-01-01
+        assert_eq!(num(get(&a.row, "seq")), "42");
+        assert_eq!(num(get(&a.row, "at")), "1748779200250000"); // microseconds
+        assert_eq!(num(get(&a.row, "local")), "1748779200000000"); // 14:00 at +02:00 is 12:00 UTC
+        assert_eq!(num(get(&a.row, "ms")), "1748779200250");
+        assert!(a.unmapped.is_empty() && a.nulled.is_empty());
+    }
+
+    #[test]
+    fn failures_name_the_attribute_and_the_form() {
+        let m = mapping();
+        let e = &m.entities[0];
+        let base = r#""PK":{"S":"EVT#2025-06-01#0042"},"SK":{"S":"AT#2025-06-01T12:00:00Z"}"#;
+        let fails = |extra: &str| {
+            let line = format!(r#"{{"Item":{{{base}{extra}}}}}"#);
+            let item = decode_export_line(&line).unwrap();
+            apply(e, &item, "Type").unwrap_err()
+        };
+        let f = fails(r#","amount":{"N":"1000"}"#);
+        assert_eq!((f.kind, f.attribute.as_str()), (FailureKind::Coercion, "amount"));
+        assert!(f.message.contains("decimal(5,2)") && f.message.contains("1000"), "{}", f.message);
+        let f = fails(r#","props":{"M":{"a":{"S":"x"}}}"#);
+        assert_eq!(f.kind, FailureKind::Coercion);
+        let f = fails(r#","colour":{"S":"red"}"#);
+        assert_eq!((f.kind, f.attribute.as_str()), (FailureKind::Unmapped, "colour"));
+        let item = decode_export_line(r#"{"Item":{"PK":{"S":"EVT#2025-06-01#42"},"SK":{"S":"AT#x"}}}"#).unwrap();
+        let f = apply(e, &item, "Type").unwrap_err();
+        assert_eq!((f.kind, f.attribute.as_str()), (FailureKind::KeyTemplate, "PK"));
+    }
+
+    #[test]
+    fn unmatched_types_and_untyped_items() {
+        let m = mapping();
+        let item = decode_export_line(r#"{"Item":{"PK":{"S":"X#1"},"Type":{"S":"Other"}}}"#).unwrap();
+        assert_eq!(route(&m, &item), Route::Unmatched("Other"));
+        let item = decode_export_line(r#"{"Item":{"PK":{"S":"X#1"}}}"#).unwrap();
+        assert_eq!(route(&m, &item), Route::NoType);
+    }
+
+    #[test]
+    fn epoch_units_convert_exactly() {
+        assert_eq!(convert_epoch(5, TimeUnit::Second, TimeUnit::Millisecond), Some(5000));
+        assert_eq!(convert_epoch(5000, TimeUnit::Millisecond, TimeUnit::Second), Some(5));
+        assert_eq!(convert_epoch(5001, TimeUnit::Millisecond, TimeUnit::Second), None);
+        assert_eq!(convert_epoch(i64::MAX, TimeUnit::Second, TimeUnit::Microsecond), None);
+    }
+}
