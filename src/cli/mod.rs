@@ -5,6 +5,7 @@
 
 mod aws_args;
 mod export;
+mod lineedit;
 mod mapping;
 mod printer;
 mod progress;

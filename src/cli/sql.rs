@@ -164,26 +164,38 @@ fn fail(printer: &Printer, e: &SqlError) -> ExitStatus {
     }
 }
 
-const SHELL_HELP: &str = "\\d          list tables with row counts\n\\d TABLE    show a table's columns and their DynamoDB origin\n\\q          quit\nstatements end with `;` and may span lines";
+const SHELL_HELP: &str = "\\d          list tables with row counts\n\\d TABLE    show a table's columns and their DynamoDB origin\n\\q          quit\nstatements end with `;` and may span lines; up/down recall earlier lines, Ctrl-D quits";
 
 async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat>) -> ExitStatus {
     use std::io::BufRead as _;
     let format = format.unwrap_or(OutputFormat::Table);
     let interactive = std::io::stdin().is_terminal();
-    // Statements are appended to a history file; line editing is left to the terminal.
-    let mut history = std::env::var_os("HOME")
-        .map(|h| PathBuf::from(h).join(".etl_history"))
-        .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+    // Statements are appended to a history file; on a terminal, earlier lines are recalled with
+    // the arrow keys.
+    let history_path = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".etl_history"));
+    let past: Vec<String> = history_path
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let mut editor = super::lineedit::Editor::new(past);
+    let mut history = history_path.and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
     printer.info(&format!("etl sql on `{}`; \\? for help, \\q to quit", session.data_dir()));
     let mut buffer = String::new();
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    // Piped input is read line by line; a terminal goes through the line editor instead (which
+    // takes the stdin lock for each line, so it must not be held here).
+    let mut lines = (!interactive).then(|| std::io::stdin().lock().lines());
     loop {
-        if interactive {
-            eprint!("{}", if buffer.is_empty() { "etl> " } else { "  -> " });
-            let _ = std::io::stderr().flush();
-        }
-        let Some(Ok(line)) = lines.next() else { break };
+        let line = if interactive {
+            let prompt = if buffer.is_empty() { "etl> " } else { "  -> " };
+            match super::lineedit::read_line(&mut editor, prompt, &mut std::io::stdin().lock()) {
+                Ok(Some(l)) => l,
+                _ => break,
+            }
+        } else {
+            let Some(Ok(line)) = lines.as_mut().and_then(Iterator::next) else { break };
+            line
+        };
         let trimmed = line.trim();
         if buffer.is_empty() && trimmed.starts_with('\\') {
             let mut parts = trimmed.split_whitespace();

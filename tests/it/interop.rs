@@ -7,7 +7,7 @@ use serde_json::Value as Json;
 
 use crate::common::*;
 
-fn python() -> Option<String> {
+pub fn python() -> Option<String> {
     match std::env::var("ETL_TEST_PYTHON") {
         Ok(p) => Some(p),
         Err(_) => {

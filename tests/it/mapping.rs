@@ -45,11 +45,23 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
     assert_eq!(
         column_names(&out.join("orders")),
         [
-            "order_id", "user_email", "ordered_at", "status", "currency", "total", "item_count", "shipping", "gift",
-            "coupon_codes", "_extra"
+            "order_id",
+            "user_email",
+            "ordered_at",
+            "status",
+            "currency",
+            "total",
+            "item_count",
+            "shipping",
+            "gift",
+            "coupon_codes",
+            "_extra"
         ]
     );
-    assert_eq!(column_names(&out.join("order_lines")), ["order_id", "user_email", "line_no", "sku", "qty", "unit_price"]);
+    assert_eq!(
+        column_names(&out.join("order_lines")),
+        ["order_id", "user_email", "line_no", "sku", "qty", "unit_price"]
+    );
     assert_eq!(count_rows(&out.join("users")), groups["User"].len());
     assert_eq!(count_rows(&out.join("orders")), groups["Order"].len());
     assert_eq!(count_rows(&out.join("order_items")), groups["OrderItem"].len());
@@ -68,8 +80,11 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
     assert_eq!(schema.field_with_name("total").unwrap().data_type(), &DataType::Decimal128(12, 2));
     let by_id: BTreeMap<&str, &serde_json::Value> =
         groups["Order"].iter().map(|o| (o["order_id"]["S"].as_str().unwrap(), o)).collect();
-    let (id_col, at_col, email_col) =
-        (schema.index_of("order_id").unwrap(), schema.index_of("ordered_at").unwrap(), schema.index_of("user_email").unwrap());
+    let (id_col, at_col, email_col) = (
+        schema.index_of("order_id").unwrap(),
+        schema.index_of("ordered_at").unwrap(),
+        schema.index_of("user_email").unwrap(),
+    );
     let mut checked = 0;
     for b in &batches {
         let ids = b.column(id_col).as_string::<i32>();

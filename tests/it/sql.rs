@@ -343,3 +343,27 @@ fn sql_refuses_folders_that_are_not_outputs() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("not a committed etl output") && r.stderr.contains("hint:"), "{}", r.stderr);
 }
+
+/// The shell on a real pseudo-terminal: a statement is recalled with the up arrow, edited in
+/// the middle and run again; both are appended to the history file.
+#[test]
+fn shell_recalls_and_edits_history_on_a_terminal() {
+    let Some(python) = crate::interop::python() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let script = root().join("tests/interop/shell_pty.py");
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_etl"))
+        .arg(sample_out())
+        .arg(home.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("\nexit 0"), "{shown}");
+    // The edited statement ran: `40+1` gave 41, the recalled and edited `40+2` gave 42.
+    assert!(shown.contains("n\r\n41"), "{shown}");
+    assert!(shown.contains("n\r\n42"), "{shown}");
+    let history = std::fs::read_to_string(home.path().join(".etl_history")).unwrap();
+    assert_eq!(history, "select 40+1 as n;\nselect 40+2 as n;\n");
+}

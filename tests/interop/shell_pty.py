@@ -1,0 +1,45 @@
+"""Drives `etl sql` in a pseudo-terminal like a person at a keyboard: types a statement, recalls
+it with the up arrow, edits it in the middle, runs it again, and quits with Ctrl-D.
+
+Usage: shell_pty.py ETL DATA_DIR HOME_DIR. Prints everything the terminal showed."""
+import os
+import pty
+import select
+import sys
+import time
+
+etl, data, home = sys.argv[1], sys.argv[2], sys.argv[3]
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["HOME"] = home
+    os.environ["NO_COLOR"] = "1"
+    os.execv(etl, [etl, "sql", "--data", data, "--format", "csv"])
+
+out = b""
+
+
+def drain(until, timeout=20.0):
+    """Reads what the terminal shows until `until` appears in it."""
+    global out
+    end = time.time() + timeout
+    while time.time() < end and until not in out:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                return
+
+
+LEFT, UP = b"\x1b[D", b"\x1b[A"
+drain(b"etl> ")
+os.write(fd, b"select 40+1 as n;\r")
+drain(b"41")
+# Up recalls the line; six lefts put the cursor after `1`; backspace and `2` make it `40+2`.
+os.write(fd, UP + LEFT * 6 + b"\x7f2\r")
+drain(b"42")
+os.write(fd, b"\x04")
+drain(b"never", timeout=2.0)
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode("utf-8", "replace"))
+sys.stdout.write(f"\nexit {os.waitstatus_to_exitcode(status)}\n")
