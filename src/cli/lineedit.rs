@@ -204,7 +204,12 @@ pub fn read_key(input: &mut impl Read) -> std::io::Result<Option<Key>> {
     }))
 }
 
-/// The terminal in raw mode until dropped.
+/// The terminal without line buffering and echo until dropped.
+///
+/// The shell holds one for its whole session, so keys typed while a query runs reach the editor
+/// as keys (in canonical mode the terminal would edit them itself); [`read_line`] additionally
+/// turns signals off while it reads, so that Ctrl-C drops the line instead of interrupting.
+/// Output processing stays on: `\n` still starts a new line.
 pub struct RawMode {
     saved: libc::termios,
 }
@@ -212,6 +217,21 @@ pub struct RawMode {
 impl RawMode {
     /// `None` when stdin is not a terminal or raw mode is refused.
     pub fn enter() -> Option<RawMode> {
+        Self::with(|t| {
+            t.c_lflag &= !(libc::ICANON | libc::ECHO | libc::IEXTEN);
+            t.c_iflag &= !(libc::IXON | libc::ICRNL);
+        })
+    }
+
+    /// Also without signals (Ctrl-C, Ctrl-Z arrive as keys).
+    fn enter_keys() -> Option<RawMode> {
+        Self::with(|t| {
+            t.c_lflag &= !(libc::ICANON | libc::ECHO | libc::IEXTEN | libc::ISIG);
+            t.c_iflag &= !(libc::IXON | libc::ICRNL);
+        })
+    }
+
+    fn with(change: impl FnOnce(&mut libc::termios)) -> Option<RawMode> {
         // SAFETY: `tcgetattr`/`tcsetattr` on fd 0 with a zeroed struct they fill in.
         unsafe {
             let mut t: libc::termios = std::mem::zeroed();
@@ -219,8 +239,7 @@ impl RawMode {
                 return None;
             }
             let saved = t;
-            t.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG | libc::IEXTEN);
-            t.c_iflag &= !(libc::IXON | libc::ICRNL);
+            change(&mut t);
             t.c_cc[libc::VMIN] = 1;
             t.c_cc[libc::VTIME] = 0;
             if libc::tcsetattr(0, libc::TCSADRAIN, &t) != 0 {
@@ -242,7 +261,7 @@ impl Drop for RawMode {
 
 /// Reads one line with editing; `None` at end of input (Ctrl-D on an empty line).
 pub fn read_line(editor: &mut Editor, prompt: &str, input: &mut impl Read) -> std::io::Result<Option<String>> {
-    let Some(_raw) = RawMode::enter() else {
+    let Some(_raw) = RawMode::enter_keys() else {
         // Not a terminal after all: plain line reading.
         let mut line = Vec::new();
         let mut b = [0u8; 1];

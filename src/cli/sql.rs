@@ -185,6 +185,7 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
     // Piped input is read line by line; a terminal goes through the line editor instead (which
     // takes the stdin lock for each line, so it must not be held here).
     let mut lines = (!interactive).then(|| std::io::stdin().lock().lines());
+    let _raw = interactive.then(super::lineedit::RawMode::enter).flatten();
     loop {
         let line = if interactive {
             let prompt = if buffer.is_empty() { "etl> " } else { "  -> " };
@@ -222,7 +223,15 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
             let _ = writeln!(h, "{}", text.trim());
         }
         let started = Instant::now();
-        match session.run(&text).await {
+        // Ctrl-C stops the running query, not the shell.
+        let run = tokio::select! {
+            r = session.run(&text) => r,
+            _ = tokio::signal::ctrl_c(), if interactive => {
+                printer.error("query cancelled", None);
+                continue;
+            }
+        };
+        match run {
             Ok(results) => {
                 let mut out = std::io::stdout();
                 for r in &results {

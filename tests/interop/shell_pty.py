@@ -40,6 +40,16 @@ os.write(fd, UP + LEFT * 6 + b"\x7f2\r")
 drain(b"42")
 os.write(fd, b"\x04")
 drain(b"never", timeout=2.0)
-_, status = os.waitpid(pid, 0)
+# Ctrl-D must end the shell; never wait forever for it.
+code = "timeout"
+for _ in range(100):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        code = os.waitstatus_to_exitcode(status)
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
 sys.stdout.write(out.decode("utf-8", "replace"))
-sys.stdout.write(f"\nexit {os.waitstatus_to_exitcode(status)}\n")
+sys.stdout.write(f"\nexit {code}\n")
