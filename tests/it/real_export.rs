@@ -7,7 +7,6 @@ fn real_full_export_unwinds_and_verifies() {
     let Some(root) = real_export() else {
         // The fixture may be read from `../shared` when it is there; it is never copied here.
         eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
-        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
