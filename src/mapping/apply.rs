@@ -103,7 +103,7 @@ pub fn route<'i>(m: &Mapping, item: &'i Item<'_>) -> Route<'i> {
 }
 
 /// Applies `m` to `item`. `Err` means the item goes to the rejects table.
-pub fn apply<'a>(m: &EntityMapping, item: &Item<'a>, type_attribute: &str) -> Result<Applied<'a>, Failure> {
+pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) -> Result<Applied<'a>, Failure> {
     let mut out = Applied::default();
     let policy = m.on_error;
     let fail = |f: Failure, out: &mut Applied<'a>| -> Result<(), Failure> {
@@ -244,7 +244,7 @@ pub fn apply<'a>(m: &EntityMapping, item: &Item<'a>, type_attribute: &str) -> Re
             }
         };
         match value {
-            Some(v) => out.row.push((Cow::Owned(c.name.clone()), v)),
+            Some(v) => out.row.push((Cow::Borrowed(c.name.as_str()), v)),
             None if c.required => {
                 return Err(Failure {
                     kind: FailureKind::Required,
@@ -279,10 +279,9 @@ pub fn apply<'a>(m: &EntityMapping, item: &Item<'a>, type_attribute: &str) -> Re
     }
 
     // Attributes no column names.
-    let claimed = m.claimed_attributes();
     let mut extra: Vec<(Cow<'a, str>, Value<'a>)> = Vec::new();
     for (k, v) in item {
-        if k == type_attribute || claimed.contains(k.as_ref()) {
+        if k == type_attribute || claims(m, k) {
             continue;
         }
         out.unmapped.push(k.to_string());
@@ -310,9 +309,21 @@ pub fn apply<'a>(m: &EntityMapping, item: &Item<'a>, type_attribute: &str) -> Re
     Ok(out)
 }
 
+/// Whether the entity consumes the attribute: the per-item, allocation-free form of
+/// [`EntityMapping::claimed_attributes`] (a test keeps the two equal).
+fn claims(m: &EntityMapping, name: &str) -> bool {
+    m.keys.iter().any(|k| k.attribute == name)
+        || m.columns.iter().any(|c| match &c.source {
+            ColumnSource::Attribute(a) => a == name,
+            ColumnSource::Key { placeholder, .. } => placeholder == name,
+        })
+        || m.children.iter().any(|c| c.source == name)
+        || m.drop.iter().any(|d| d == name)
+}
+
 fn child_row<'a>(
     m: &EntityMapping,
-    child: &ChildMapping,
+    child: &'a ChildMapping,
     parent: &Item<'a>,
     element: &Value<'a>,
     index: usize,
@@ -324,10 +335,13 @@ fn child_row<'a>(
     let mut row: Item<'a> = Vec::with_capacity(child.parent_columns.len() + 1 + child.columns.len());
     for p in &child.parent_columns {
         if let Some((_, v)) = parent.iter().find(|(k, _)| k == p.as_str()) {
-            row.push((Cow::Owned(p.clone()), v.clone()));
+            row.push((Cow::Borrowed(p.as_str()), v.clone()));
         }
     }
-    row.push((Cow::Owned(child.position.clone()), Value::N(Number::from_canonical(&index.to_string()).into_owned())));
+    row.push((
+        Cow::Borrowed(child.position.as_str()),
+        Value::N(Number::from_canonical(&index.to_string()).into_owned()),
+    ));
     for c in &child.columns {
         let name = source_name(c);
         let v = fields
@@ -339,7 +353,7 @@ fn child_row<'a>(
             Some(v) => {
                 let v = coerce(v, &c.ty)
                     .map_err(|expected| coercion_failure(&m.name, &format!("{path}.{name}"), v, &expected))?;
-                row.push((Cow::Owned(c.name.clone()), v));
+                row.push((Cow::Borrowed(c.name.as_str()), v));
             }
             None if c.required => {
                 return Err(Failure {
@@ -810,6 +824,20 @@ columns = [
         assert_eq!(route(&m, &item), Route::Unmatched("Other"));
         let item = decode_export_line(r#"{"Item":{"PK":{"S":"X#1"}}}"#).unwrap();
         assert_eq!(route(&m, &item), Route::NoType);
+    }
+
+    #[test]
+    fn claims_agrees_with_claimed_attributes() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/ecommerce.toml");
+        let m = crate::mapping::file::load(&[path]).unwrap();
+        for e in &m.entities {
+            let claimed = e.claimed_attributes();
+            let mut names: Vec<&str> = claimed.iter().copied().collect();
+            names.extend(["nope", "Type", "lines[0]", ""]);
+            for n in names {
+                assert_eq!(claims(e, n), claimed.contains(n), "{} {n}", e.name);
+            }
+        }
     }
 
     #[test]
