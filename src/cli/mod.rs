@@ -43,9 +43,11 @@ impl From<ExitStatus> for ExitCode {
     version,
     about = "Unwind DynamoDB single-table designs into exact analytics tables",
     long_about = "Unwind DynamoDB single-table designs into exact analytics tables.\n\n\
-        Reads DynamoDB exports (Export to S3, DynamoDB JSON) and `aws dynamodb scan` output, \
-        splits items by their type attribute into one Parquet table per entity, keeps numbers, \
-        sets and binary exact, and reconciles every item with the export's manifests.",
+        Reads DynamoDB exports (Export to S3, DynamoDB JSON; local or `s3://`), live tables \
+        (`dynamodb://TABLE`) and `aws dynamodb scan` output, splits items by their type attribute \
+        into one Parquet table per entity (or the tables a `--mapping` file declares, with keys \
+        parsed into typed columns), keeps numbers, sets and binary exact, and reconciles every \
+        item with the export's manifests.",
     after_help = "Exit status: 0 success; 1 the data or a query broke a limit you set (--max-rejects, --strict, --timeout, --memory-limit); 2 usage, input or internal error."
 )]
 pub struct Cli {
@@ -61,7 +63,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Unwind exports or scan output into one Parquet table per entity.
+    /// Unwind exports, live tables or scan output into one Parquet table per entity.
     Unwind(UnwindArgs),
     /// Run SQL over a committed output (one query, `-f FILE`, or an interactive shell).
     Sql(sql::SqlArgs),
