@@ -367,3 +367,22 @@ fn shell_recalls_and_edits_history_on_a_terminal() {
     let history = std::fs::read_to_string(home.path().join(".etl_history")).unwrap();
     assert_eq!(history, "select 40+1 as n;\nselect 40+2 as n;\n");
 }
+
+/// Ctrl-C during a query stops the query, not the shell.
+#[test]
+fn ctrl_c_cancels_the_query_and_keeps_the_shell() {
+    let Some(python) = crate::interop::python() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(python)
+        .arg(root().join("tests/interop/shell_cancel_pty.py"))
+        .arg(env!("CARGO_BIN_EXE_etl"))
+        .arg(sample_out())
+        .arg(home.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("error: query cancelled"), "{shown}");
+    assert!(shown.contains("k\r\n7"), "the shell ran the next statement: {shown}");
+    assert!(shown.contains("\nexit 0"), "{shown}");
+}
