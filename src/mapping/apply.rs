@@ -270,11 +270,11 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
         };
         for (i, e) in elements.iter().enumerate() {
             let path = format!("{}[{i}]", child.source);
-            match child_row(m, child, &out.row, e, i, &path) {
-                Ok(row) => out.children.push((ci, row)),
-                Err(f) if f.kind == FailureKind::Required => return Err(f),
-                Err(f) => fail(f, &mut out)?,
-            }
+            // Failures that reach here reject the item: `child_row` applied the policies.
+            let parent = std::mem::take(&mut out.row);
+            let row = child_row(m, child, &parent, e, i, &path, &mut out);
+            out.row = parent;
+            out.children.push((ci, row?));
         }
     }
 
@@ -321,6 +321,9 @@ fn claims(m: &EntityMapping, name: &str) -> bool {
         || m.drop.iter().any(|d| d == name)
 }
 
+/// One child row. Values that do not fit follow the entity's `on_error` (a null and an entry in
+/// `nulled`, or an `Err` that rejects the whole item); element fields no column names follow its
+/// `unmapped`, like the parent's attributes; a missing required value always rejects.
 fn child_row<'a>(
     m: &EntityMapping,
     child: &'a ChildMapping,
@@ -328,11 +331,9 @@ fn child_row<'a>(
     element: &Value<'a>,
     index: usize,
     path: &str,
+    out: &mut Applied<'a>,
 ) -> Result<Item<'a>, Failure> {
-    let Value::M(fields) = element else {
-        return Err(coercion_failure(&m.name, path, element, "a map (`M`)"));
-    };
-    let mut row: Item<'a> = Vec::with_capacity(child.parent_columns.len() + 1 + child.columns.len());
+    let mut row: Item<'a> = Vec::with_capacity(child.parent_columns.len() + 2 + child.columns.len());
     for p in &child.parent_columns {
         if let Some((_, v)) = parent.iter().find(|(k, _)| k == p.as_str()) {
             row.push((Cow::Borrowed(p.as_str()), v.clone()));
@@ -342,6 +343,20 @@ fn child_row<'a>(
         Cow::Borrowed(child.position.as_str()),
         Value::N(Number::from_canonical(&index.to_string()).into_owned()),
     ));
+    let no_fields = Vec::new();
+    let fields = match element {
+        Value::M(fields) => fields,
+        other => {
+            let f = coercion_failure(&m.name, path, other, "a map (`M`)");
+            match m.on_error {
+                ErrorPolicy::Reject => return Err(f),
+                ErrorPolicy::Null => {
+                    out.nulled.push(f);
+                    &no_fields
+                }
+            }
+        }
+    };
     for c in &child.columns {
         let name = source_name(c);
         let v = fields
@@ -349,12 +364,24 @@ fn child_row<'a>(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v)
             .filter(|v| !matches!(v, Value::Null) || is_json(&c.ty));
-        match v {
-            Some(v) => {
-                let v = coerce(v, &c.ty)
-                    .map_err(|expected| coercion_failure(&m.name, &format!("{path}.{name}"), v, &expected))?;
-                row.push((Cow::Borrowed(c.name.as_str()), v));
-            }
+        let value = match v {
+            Some(v) => match coerce(v, &c.ty) {
+                Ok(v) => Some(v),
+                Err(expected) => {
+                    let f = coercion_failure(&m.name, &format!("{path}.{name}"), v, &expected);
+                    match m.on_error {
+                        ErrorPolicy::Reject => return Err(f),
+                        ErrorPolicy::Null => {
+                            out.nulled.push(f);
+                            None
+                        }
+                    }
+                }
+            },
+            None => None,
+        };
+        match value {
+            Some(v) => row.push((Cow::Borrowed(c.name.as_str()), v)),
             None if c.required => {
                 return Err(Failure {
                     kind: FailureKind::Required,
@@ -368,14 +395,31 @@ fn child_row<'a>(
             None => {}
         }
     }
-    for (k, _) in fields {
-        if !child.columns.iter().any(|c| source_name(c) == k.as_ref()) {
-            return Err(Failure {
-                kind: FailureKind::Unmapped,
-                attribute: format!("{path}.{k}"),
-                message: format!("entity `{}`: field `{k}` of `{path}` has no column in `{}`", m.name, child.table),
-            });
+    let mut extra: Item<'a> = Vec::new();
+    for (k, v) in fields {
+        if child.columns.iter().any(|c| source_name(c) == k.as_ref()) {
+            continue;
         }
+        out.unmapped.push(format!("{}[].{k}", child.source));
+        match m.unmapped {
+            UnmappedPolicy::Extra => extra.push((k.clone(), v.clone())),
+            UnmappedPolicy::Drop => {}
+            UnmappedPolicy::Reject => {
+                return Err(Failure {
+                    kind: FailureKind::Unmapped,
+                    attribute: format!("{path}.{k}"),
+                    message: format!(
+                        "entity `{}`: field `{k}` of `{path}` has no column in `{}` (`unmapped = \"reject\"`)",
+                        m.name, child.table
+                    ),
+                });
+            }
+        }
+    }
+    if !extra.is_empty() {
+        let mut text = String::new();
+        crate::decode::write_item_json(&extra, &mut text);
+        row.push((Cow::Borrowed(EXTRA_COLUMN), Value::S(Cow::Owned(text))));
     }
     Ok(row)
 }
@@ -665,6 +709,13 @@ pub fn child_schema(m: &EntityMapping, child: &ChildMapping) -> TableSchema {
     for c in &child.columns {
         columns.push(column(&c.name, &c.ty, format!("{}; field of `{}`", dynamodb_label(&c.ty), child.source)));
     }
+    if m.unmapped == UnmappedPolicy::Extra {
+        columns.push(column(
+            EXTRA_COLUMN,
+            &DeclaredType::Utf8,
+            format!("fields of `{}` elements no column names; encoding=dynamodb-json", child.source),
+        ));
+    }
     TableSchema { table: child.table.clone(), entity: Some(m.name.clone()), columns }
 }
 
@@ -838,6 +889,71 @@ columns = [
                 assert_eq!(claims(e, n), claimed.contains(n), "{} {n}", e.name);
             }
         }
+    }
+
+    const ORDERS: &str = r#"
+[settings]
+unmapped = "UNMAPPED"
+on_error = "ON_ERROR"
+
+[entity.Order]
+table = "orders"
+keys = { PK = "ORDER#{order_id}" }
+columns = [{ name = "status", type = "string" }]
+
+[[entity.Order.children]]
+table = "lines"
+source = "lines"
+columns = [{ name = "sku", type = "string", required = true }, { name = "qty", type = "int64" }]
+"#;
+
+    /// (child rows as `name=value` text, nulled attributes, unmapped names), or the failure.
+    type Summary = Result<(Vec<String>, Vec<String>, Vec<String>), (FailureKind, String)>;
+
+    fn child_rows(unmapped: &str, on_error: &str) -> Summary {
+        let text = ORDERS.replace("UNMAPPED", unmapped).replace("ON_ERROR", on_error);
+        let m = parse_str(std::path::Path::new("t.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+        let line = r#"{"Item":{"PK":{"S":"ORDER#O1"},"lines":{"L":[{"M":{"sku":{"S":"A"},"qty":{"N":"2"},"note":{"S":"gift"}}},{"M":{"sku":{"S":"B"},"qty":{"N":"1.5"}}}]}}}"#;
+        let item = decode_export_line(line).unwrap();
+        match apply(&m.entities[0], &item, "Type") {
+            Ok(a) => {
+                let rows = a
+                    .children
+                    .iter()
+                    .map(|(_, r)| {
+                        r.iter()
+                            .map(|(k, v)| {
+                                let mut t = String::new();
+                                v.write_dynamodb_json(&mut t);
+                                format!("{k}={t}")
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .collect();
+                Ok((rows, a.nulled.iter().map(|f| f.attribute.clone()).collect(), a.unmapped))
+            }
+            Err(f) => Err((f.kind, f.attribute)),
+        }
+    }
+
+    #[test]
+    fn child_rows_follow_the_entity_policies() {
+        // `null`: the bad `qty` becomes a null in its row; the unmapped field goes to `_extra`.
+        let (rows, nulled, unmapped) = child_rows("extra", "null").unwrap();
+        assert_eq!(
+            rows,
+            [
+                r#"order_id={"S":"O1"} position={"N":"0"} sku={"S":"A"} qty={"N":"2"} _extra={"S":"{\"note\":{\"S\":\"gift\"}}"}"#,
+                r#"order_id={"S":"O1"} position={"N":"1"} sku={"S":"B"}"#,
+            ]
+        );
+        assert_eq!(nulled, ["lines[1].qty"]);
+        assert_eq!(unmapped, ["lines[].note"]);
+        // `reject`: the bad value rejects the whole item.
+        assert_eq!(child_rows("drop", "reject"), Err((FailureKind::Coercion, "lines[1].qty".into())));
+        // `unmapped = "reject"`: so does the unmapped field.
+        assert_eq!(child_rows("reject", "null"), Err((FailureKind::Unmapped, "lines[0].note".into())));
     }
 
     #[test]

@@ -60,8 +60,9 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
     );
     assert_eq!(
         column_names(&out.join("order_lines")),
-        ["order_id", "user_email", "line_no", "sku", "qty", "unit_price"]
+        ["order_id", "user_email", "line_no", "sku", "qty", "unit_price", "_extra"]
     );
+    assert!(strings(&out.join("order_lines"), "_extra").iter().all(Option::is_none), "every line field is mapped");
     assert_eq!(count_rows(&out.join("users")), groups["User"].len());
     assert_eq!(count_rows(&out.join("orders")), groups["Order"].len());
     assert_eq!(count_rows(&out.join("order_items")), groups["OrderItem"].len());
