@@ -86,22 +86,13 @@ pub struct ListArgs {
     pub aws: AwsArgs,
 }
 
-/// A duration such as `10s`, `500ms`, `2m` or `1h`; a bare number is seconds. Must be positive.
+/// `--poll-interval`: a duration ([`super::sql::parse_duration`]) of more than 0 and at most a day.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let n: f64 = s[..split].trim().parse().map_err(|_| format!("`{s}` is not a duration such as `10s`"))?;
-    let secs = match &s[split..] {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        other => return Err(format!("unknown unit `{other}`; use ms, s, m or h")),
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
-        return Err(format!("`{s}` must be more than 0 and at most a day"));
+    let d = super::sql::parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(86_400) {
+        return Err(format!("`{}` must be more than 0 and at most a day", s.trim()));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// Runs an `etl export` command on a current-thread runtime.

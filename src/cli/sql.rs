@@ -63,7 +63,8 @@ fn parse_size(s: &str) -> Result<usize, String> {
     Ok((n * mult as f64) as usize)
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A duration such as `30s`, `500ms`, `2m` or `1h`; a bare number is seconds.
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
     let n: f64 = s[..split].parse().map_err(|_| format!("`{s}` is not a duration such as `30s`"))?;

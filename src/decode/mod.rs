@@ -275,7 +275,6 @@ impl RejectReason {
     ];
 }
 
-
 impl RejectReason {
     pub fn code(self) -> &'static str {
         match self {
@@ -343,7 +342,11 @@ mod reason_tests {
         for (i, r) in RejectReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{r:?}");
         }
-        assert_eq!(RejectReason::UnmatchedEntity as usize, RejectReason::ALL.len() - 1, "a new reason must be added to `ALL`");
+        assert_eq!(
+            RejectReason::UnmatchedEntity as usize,
+            RejectReason::ALL.len() - 1,
+            "a new reason must be added to `ALL`"
+        );
     }
 }
 

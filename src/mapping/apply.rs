@@ -285,27 +285,13 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
             continue;
         }
         out.unmapped.push(k.to_string());
-        match m.unmapped {
-            UnmappedPolicy::Extra => extra.push((k.clone(), v.clone())),
-            UnmappedPolicy::Drop => {}
-            UnmappedPolicy::Reject => {
-                return Err(Failure {
-                    kind: FailureKind::Unmapped,
-                    attribute: k.to_string(),
-                    message: format!(
-                        "entity `{}`: attribute `{k}` is not in the mapping (`unmapped = \"reject\"`)",
-                        m.name
-                    ),
-                });
-            }
-        }
+        keep_unmapped(m.unmapped, k, v, &mut extra, || Failure {
+            kind: FailureKind::Unmapped,
+            attribute: k.to_string(),
+            message: format!("entity `{}`: attribute `{k}` is not in the mapping (`unmapped = \"reject\"`)", m.name),
+        })?;
     }
-    if !extra.is_empty() {
-        // As an item in DynamoDB JSON: `{"promo":{"S":"X1"}}`.
-        let mut text = String::new();
-        crate::decode::write_item_json(&extra, &mut text);
-        out.row.push((Cow::Borrowed(EXTRA_COLUMN), Value::S(Cow::Owned(text))));
-    }
+    push_extra(&mut out.row, &extra);
     Ok(out)
 }
 
@@ -401,27 +387,44 @@ fn child_row<'a>(
             continue;
         }
         out.unmapped.push(format!("{}[].{k}", child.source));
-        match m.unmapped {
-            UnmappedPolicy::Extra => extra.push((k.clone(), v.clone())),
-            UnmappedPolicy::Drop => {}
-            UnmappedPolicy::Reject => {
-                return Err(Failure {
-                    kind: FailureKind::Unmapped,
-                    attribute: format!("{path}.{k}"),
-                    message: format!(
-                        "entity `{}`: field `{k}` of `{path}` has no column in `{}` (`unmapped = \"reject\"`)",
-                        m.name, child.table
-                    ),
-                });
-            }
-        }
+        keep_unmapped(m.unmapped, k, v, &mut extra, || Failure {
+            kind: FailureKind::Unmapped,
+            attribute: format!("{path}.{k}"),
+            message: format!(
+                "entity `{}`: field `{k}` of `{path}` has no column in `{}` (`unmapped = \"reject\"`)",
+                m.name, child.table
+            ),
+        })?;
     }
+    push_extra(&mut row, &extra);
+    Ok(row)
+}
+
+/// Applies the `unmapped` policy to one attribute (or element field) no column names: kept for
+/// `_extra`, dropped, or `refuse`d.
+fn keep_unmapped<'a>(
+    policy: UnmappedPolicy,
+    name: &Cow<'a, str>,
+    value: &Value<'a>,
+    extra: &mut Item<'a>,
+    refuse: impl FnOnce() -> Failure,
+) -> Result<(), Failure> {
+    match policy {
+        UnmappedPolicy::Extra => extra.push((name.clone(), value.clone())),
+        UnmappedPolicy::Drop => {}
+        UnmappedPolicy::Reject => return Err(refuse()),
+    }
+    Ok(())
+}
+
+/// Adds the kept attributes to a row as its `_extra` column: one item in DynamoDB JSON,
+/// `{"promo":{"S":"X1"}}`.
+fn push_extra<'a>(row: &mut Item<'a>, extra: &Item<'a>) {
     if !extra.is_empty() {
         let mut text = String::new();
-        crate::decode::write_item_json(&extra, &mut text);
+        crate::decode::write_item_json(extra, &mut text);
         row.push((Cow::Borrowed(EXTRA_COLUMN), Value::S(Cow::Owned(text))));
     }
-    Ok(row)
 }
 
 fn source_name(c: &ColumnMapping) -> &str {

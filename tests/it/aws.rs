@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -178,18 +178,6 @@ fn s(p: &Path) -> &str {
 
 // --- Shared fixtures -------------------------------------------------------------------------
 
-/// `etl unwind sample-exports/shop --out DIR0`, once: the tables every AWS path must reproduce.
-fn local_out() -> &'static Path {
-    static OUT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, out) = OUT.get_or_init(|| {
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("out");
-        unwind(&[&sample_export()], &out, &[], 0);
-        (tmp, out)
-    });
-    out
-}
-
 /// The sample export uploaded unchanged to `s3://BUCKET/exports/shop/`, once.
 fn shop_bucket(m: &Moto) -> &'static str {
     static BUCKET: OnceLock<String> = OnceLock::new();
@@ -347,7 +335,7 @@ fn s3_export_equals_local() {
     let bucket = shop_bucket(m);
     let id = sample_export_id();
     let tmp = tempfile::tempdir().unwrap();
-    let local = local_out();
+    let local = sample_out();
     let local_checks = input_checks(&run_report(local));
     assert!(local_checks.0.iter().all(|c| c.contains("md5_check=\"verified\"")), "{local_checks:?}");
 
@@ -389,7 +377,7 @@ fn moto_export_roundtrip() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     etl_aws(m, &["unwind", location, "--out", s(&out)], 0);
-    assert_same_tables(local_out(), &out, location);
+    assert_same_tables(sample_out(), &out, location);
     let report = run_report(&out);
     assert_eq!(report["reconciliation"]["items_read"], 3245, "{}", report["reconciliation"]);
 }
@@ -410,7 +398,7 @@ fn aws_cli_scan_roundtrip() {
     std::fs::write(&file, &r.stdout).unwrap();
     let out = tmp.path().join("out");
     unwind(&[&file], &out, &[], 0);
-    assert_same_tables(local_out(), &out, "aws dynamodb scan output");
+    assert_same_tables(sample_out(), &out, "aws dynamodb scan output");
 }
 
 #[test]
@@ -428,7 +416,7 @@ fn live_scan_segments() {
         let mut args = vec!["unwind", src.as_str(), "--out", s(&out)];
         args.extend_from_slice(extra);
         etl_aws(m, &args, 0);
-        assert_same_tables(local_out(), &out, &format!("{src} {extra:?}"));
+        assert_same_tables(sample_out(), &out, &format!("{src} {extra:?}"));
     }
 }
 
@@ -445,7 +433,7 @@ fn s3_out_and_sql() {
     let report = s3_report(m, &bucket, "out/");
     let first = listed_keys(&report, &bucket, "out/");
     let tables: BTreeSet<&String> = first.keys().collect();
-    assert_eq!(tables, table_names(local_out()).iter().collect(), "tables in run.json");
+    assert_eq!(tables, table_names(sample_out()).iter().collect(), "tables in run.json");
     let keys = s3_keys(m, &bucket, "out/");
     let listed: BTreeSet<String> = first.values().flatten().cloned().collect();
     for k in &listed {
@@ -458,10 +446,10 @@ fn s3_out_and_sql() {
     let tmp = tempfile::tempdir().unwrap();
     let down = tmp.path().join("down");
     download_tables(m, &bucket, "out/", &down);
-    assert_same_tables(local_out(), &down, &out_url);
+    assert_same_tables(sample_out(), &down, &out_url);
 
     // SQL over S3 prints what SQL over the local output prints.
-    let local = local_out().to_str().unwrap().to_owned();
+    let local = sample_out().to_str().unwrap().to_owned();
     for q in ["revenue_by_month", "top_customers_by_lifetime_value", "revenue_by_category", "products_never_ordered"] {
         let file = root().join("sql").join(format!("{q}.sql"));
         let want = etl(["sql", "--data", &local, "-f", s(&file), "--format", "csv"]);
@@ -668,7 +656,7 @@ fn export_start_wait_list() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     etl_aws(m, &["unwind", &location, "--out", s(&out)], 0);
-    assert_same_tables(local_out(), &out, &location);
+    assert_same_tables(sample_out(), &out, &location);
 
     // `export list` shows it.
     let exports: Json = serde_json::from_str(&py(m, "list_exports.py", &[table])).unwrap();

@@ -47,6 +47,18 @@ where
     }
 }
 
+/// `etl unwind sample-exports/shop --out DIR`, once for the whole test binary.
+pub fn sample_out() -> &'static Path {
+    static OUT: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, out) = OUT.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        unwind(&[&sample_export()], &out, &[], 0);
+        (tmp, out)
+    });
+    out
+}
+
 /// Runs `etl unwind SOURCES --out OUT EXTRA...` and insists on `code`.
 pub fn unwind(sources: &[&Path], out: &Path, extra: &[&str], code: i32) -> Run {
     let mut args: Vec<std::ffi::OsString> = vec!["unwind".into()];

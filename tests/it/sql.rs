@@ -2,25 +2,12 @@
 //! shell's `\d`, parameters, limits, and the read-only default.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use crate::common::*;
-
-/// The sample export unwound once for every test in this module.
-fn sample_out() -> &'static Path {
-    static OUT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, out) = OUT.get_or_init(|| {
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("out");
-        unwind(&[&sample_export()], &out, &[], 0);
-        (tmp, out)
-    });
-    out
-}
 
 fn sql(args: &[&str]) -> Run {
     let out = sample_out().to_string_lossy().into_owned();
@@ -344,23 +331,30 @@ fn sql_refuses_folders_that_are_not_outputs() {
     assert!(r.stderr.contains("not a committed etl output") && r.stderr.contains("hint:"), "{}", r.stderr);
 }
 
+/// Runs `tests/interop/shell_pty.py SCENARIO` against the sample output with `home` as `HOME`;
+/// returns what the terminal showed, ending with `exit CODE`.
+fn shell_on_a_terminal(scenario: &str, home: &Path) -> Option<String> {
+    let python = crate::interop::python()?;
+    let out = std::process::Command::new(python)
+        .arg(root().join("tests/interop/shell_pty.py"))
+        .arg(scenario)
+        .arg(env!("CARGO_BIN_EXE_etl"))
+        .arg(sample_out())
+        .arg(home)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("\nexit 0"), "{shown}");
+    Some(shown)
+}
+
 /// The shell on a real pseudo-terminal: a statement is recalled with the up arrow, edited in
 /// the middle and run again; both are appended to the history file.
 #[test]
 fn shell_recalls_and_edits_history_on_a_terminal() {
-    let Some(python) = crate::interop::python() else { return };
     let home = tempfile::tempdir().unwrap();
-    let script = root().join("tests/interop/shell_pty.py");
-    let out = std::process::Command::new(python)
-        .arg(&script)
-        .arg(env!("CARGO_BIN_EXE_etl"))
-        .arg(sample_out())
-        .arg(home.path())
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{shown}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(shown.contains("\nexit 0"), "{shown}");
+    let Some(shown) = shell_on_a_terminal("edit", home.path()) else { return };
     // The edited statement ran: `40+1` gave 41, the recalled and edited `40+2` gave 42.
     assert!(shown.contains("n\r\n41"), "{shown}");
     assert!(shown.contains("n\r\n42"), "{shown}");
@@ -371,18 +365,8 @@ fn shell_recalls_and_edits_history_on_a_terminal() {
 /// Ctrl-C during a query stops the query, not the shell.
 #[test]
 fn ctrl_c_cancels_the_query_and_keeps_the_shell() {
-    let Some(python) = crate::interop::python() else { return };
     let home = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(python)
-        .arg(root().join("tests/interop/shell_cancel_pty.py"))
-        .arg(env!("CARGO_BIN_EXE_etl"))
-        .arg(sample_out())
-        .arg(home.path())
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    let Some(shown) = shell_on_a_terminal("cancel", home.path()) else { return };
     assert!(shown.contains("error: query cancelled"), "{shown}");
     assert!(shown.contains("k\r\n7"), "the shell ran the next statement: {shown}");
-    assert!(shown.contains("\nexit 0"), "{shown}");
 }
