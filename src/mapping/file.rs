@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 
-use super::template::{KeyTemplate, PlaceholderType, TemplateError, TimeUnit};
+use super::template::{KeyTemplate, PlaceholderType, TemplateError, TimeUnit, edit_distance};
 use crate::normalize::naming::snake_case;
 
 // ---------------------------------------------------------------------------------------------
@@ -2380,30 +2380,6 @@ fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
         _ => 3,
     };
     (d <= limit).then_some(best)
-}
-
-/// Levenshtein distance with adjacent transpositions (optimal string alignment).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in rows.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in rows[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut d = (rows[i - 1][j] + 1).min(rows[i][j - 1] + 1).min(rows[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d = d.min(rows[i - 2][j - 2] + 1);
-            }
-            rows[i][j] = d;
-        }
-    }
-    rows[a.len()][b.len()]
 }
 
 /// What to say about an unknown field: a likely typo, a field that belongs elsewhere, or the

@@ -996,20 +996,29 @@ fn closest_type(text: &str) -> Option<&'static str> {
         .map(|(_, t)| t)
 }
 
-/// Levenshtein distance over chars.
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance with adjacent transpositions (optimal string alignment), over chars;
+/// the one measure behind every "did you mean" hint of the mapping loader and templates.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb)).min(above + 1).min(row[j] + 1);
-            diagonal = above;
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (rows[i - 1][j] + 1).min(rows[i][j - 1] + 1).min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = d;
         }
     }
-    row[b.len()]
+    rows[a.len()][b.len()]
 }
 
 /// Whether `name` is a valid placeholder name, `[a-z_][a-z0-9_]*`.
