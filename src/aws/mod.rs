@@ -1,4 +1,5 @@
-//! AWS access shared by the S3 source and sink, live DynamoDB scans and exports.
+//! The DynamoDB control plane: the client, its retry policy and errors, live scans and exports.
+//! It never reads or writes data files in object storage; that is [`crate::store`]'s job.
 //!
 //! Credentials and region come from `aws-config`'s default chain, so etl behaves like the AWS
 //! CLI: environment variables, shared config and credential files with profiles (including SSO
@@ -7,7 +8,6 @@
 
 pub mod dynamodb;
 pub mod export;
-pub mod s3;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 

@@ -8,8 +8,10 @@ use super::aws_args::AwsArgs;
 use super::{ExitStatus, Printer};
 use crate::mapping::check::Checker;
 use crate::mapping::draft::{DISCRIMINATORS, Discriminators, Drafter};
-use crate::pipeline::{self, each::each_item};
+use crate::normalize::Reject;
+use crate::pipeline::{self, walk};
 use crate::source;
+use crate::store::Location;
 
 #[derive(Debug, Subcommand)]
 pub enum MappingCommand {
@@ -54,8 +56,32 @@ pub fn run(cmd: MappingCommand, printer: &Printer) -> ExitStatus {
     }
 }
 
-fn plan(sources: &[String], aws: &AwsArgs, printer: &Printer) -> Option<source::Plan> {
-    match source::resolve(sources, &aws.options()) {
+/// A scratch folder for live-scan spool files, removed when dropped.
+struct Spool(std::path::PathBuf);
+
+impl Spool {
+    fn new() -> Spool {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        Spool(std::env::temp_dir().join(format!("etl-mapping-{}-{nanos}", std::process::id())))
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn plan(sources: &[String], aws: &AwsArgs, spool: &Spool, printer: &Printer) -> Option<source::Plan> {
+    let locations = match sources.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>() {
+        Ok(l) => l,
+        Err(e) => {
+            printer.error(&e.to_string(), e.hint());
+            return None;
+        }
+    };
+    match source::resolve(&locations, &aws.options(), &source::live::ScanSettings::default(), &spool.0) {
         Ok(p) => Some(p),
         Err(e) => {
             printer.error_chain(&e, e.hint().as_deref());
@@ -64,13 +90,23 @@ fn plan(sources: &[String], aws: &AwsArgs, printer: &Printer) -> Option<source::
     }
 }
 
+/// Walks every unit of the plan as `etl unwind` reads it; `false` (after printing the error)
+/// when a file cannot be read at all. Warnings about whole files are printed when `warn`.
 fn walk(
     plan: &source::Plan,
     printer: &Printer,
-    f: impl FnMut(pipeline::each::At<'_>, Result<&crate::decode::Item<'_>, &crate::decode::DecodeError>),
+    warn: bool,
+    f: impl FnMut(walk::At<'_>, Result<&crate::decode::Item<'_>, &Reject>),
 ) -> bool {
-    match each_item(plan, pipeline::DEFAULT_MAX_LINE_BYTES, f) {
-        Ok(()) => true,
+    match walk::each_item(plan, pipeline::DEFAULT_MAX_LINE_BYTES, f) {
+        Ok(warnings) => {
+            if warn {
+                for w in &warnings {
+                    printer.warn(w);
+                }
+            }
+            true
+        }
         Err(e) => {
             printer.error_chain(&e, e.hint().as_deref());
             false
@@ -80,7 +116,8 @@ fn walk(
 
 fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
     let InferArgs { sources, out, type_attribute, aws } = args;
-    let Some(plan) = plan(&sources, &aws, printer) else { return ExitStatus::Error };
+    let spool = Spool::new();
+    let Some(plan) = plan(&sources, &aws, &spool, printer) else { return ExitStatus::Error };
     let (attr, note) = match type_attribute {
         Some(t) => {
             let note = format!("discriminator: `{t}` (given with `--type-attribute`)");
@@ -88,7 +125,7 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
         }
         None => {
             let mut d = Discriminators::default();
-            if !walk(&plan, printer, |_, item| {
+            if !walk(&plan, printer, false, |_, item| {
                 if let Ok(item) = item {
                     d.observe(item);
                 }
@@ -115,7 +152,7 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
     };
     let mut drafter = Drafter::new(&attr);
     let mut file_index = std::collections::HashMap::new();
-    if !walk(&plan, printer, |at, item| {
+    if !walk(&plan, printer, true, |at, item| {
         let n = file_index.len() as u32;
         let fi = *file_index.entry(at.file.to_owned()).or_insert(n);
         if let Ok(item) = item {
@@ -126,7 +163,7 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
     }
     let mut draft = drafter.finish();
     let templates = draft.templates();
-    if !walk(&plan, printer, |_, item| {
+    if !walk(&plan, printer, false, |_, item| {
         if let Ok(item) = item {
             draft.verify(item, &templates);
         }
@@ -163,9 +200,10 @@ fn check(args: CheckArgs, printer: &Printer) -> ExitStatus {
             return ExitStatus::Error;
         }
     };
-    let Some(plan) = plan(&sources, &aws, printer) else { return ExitStatus::Error };
+    let spool = Spool::new();
+    let Some(plan) = plan(&sources, &aws, &spool, printer) else { return ExitStatus::Error };
     let mut checker = Checker::new(&mapping);
-    if !walk(&plan, printer, |at, item| checker.observe(at.file, at.line, item)) {
+    if !walk(&plan, printer, true, |at, item| checker.observe(at.file, at.line, item)) {
         return ExitStatus::Error;
     }
     print!("{}", checker.render());

@@ -9,6 +9,7 @@ mod lineedit;
 mod mapping;
 mod printer;
 mod progress;
+pub mod settings;
 mod sql;
 
 use std::io::IsTerminal as _;
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::pipeline::{self, Progress, UnwindOptions};
+use crate::pipeline::{self, Progress};
 pub use printer::Printer;
 
 /// What the process exits with.
@@ -197,75 +198,28 @@ fn init_tracing(verbose: u8) {
 }
 
 fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
-    // Destructure every field so a new flag cannot be forgotten here.
-    let UnwindArgs {
-        sources,
-        out,
-        type_attribute,
-        threads,
-        strict,
-        max_rejects,
-        overwrite,
-        max_line_bytes,
-        row_group_rows,
-        target_file_bytes,
-        aws,
-        mapping,
-        segments,
-        consistent_read,
-        max_rcu_per_second,
-    } = args;
-    let mut opts = UnwindOptions::new(sources, PathBuf::new());
-    if let Err(e) = opts.set_out(&out) {
-        printer.error_chain(&e, e.hint().as_deref());
-        return ExitStatus::Error;
-    }
-    opts.aws = aws.options();
-    if let Some(r) = max_rcu_per_second
-        && !(r.is_finite() && r > 0.0)
-    {
-        printer.error(&format!("`--max-rcu-per-second {r}` must be a positive number"), None);
-        return ExitStatus::Error;
-    }
-    opts.scan = pipeline::ScanSettings { segments, consistent_read, max_rcu_per_second };
-    if !mapping.is_empty() {
-        match crate::mapping::file::load(&mapping) {
-            Ok(m) => {
-                if let Some(t) = &type_attribute
-                    && *t != m.type_attribute
-                {
-                    printer.error(
-                        &format!(
-                            "`--type-attribute {t}` differs from the mapping's `type_attribute = \"{}\"`",
-                            m.type_attribute
-                        ),
-                        Some("drop `--type-attribute`, or change `[settings] type_attribute` in the mapping"),
-                    );
-                    return ExitStatus::Error;
-                }
-                opts.type_attribute = m.type_attribute.clone();
-                opts.mapping = Some(std::sync::Arc::new(m));
-            }
+    let out = args.out.clone();
+    let mapping = if args.mapping.is_empty() {
+        None
+    } else {
+        match crate::mapping::file::load(&args.mapping) {
+            Ok(m) => Some(m),
             Err(e) => {
                 printer.mapping_errors(&e);
                 return ExitStatus::Error;
             }
         }
-    } else if let Some(t) = type_attribute {
-        opts.type_attribute = t;
-    }
-    if let Some(t) = threads {
-        opts.threads = usize::from(t);
-    }
-    opts.strict = strict;
-    opts.max_rejects = max_rejects;
-    opts.overwrite = overwrite;
-    opts.max_line_bytes = max_line_bytes.max(1);
-    opts.row_group_rows = row_group_rows.max(1);
-    opts.target_file_bytes = target_file_bytes.max(1);
-
+    };
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let settings = match settings::unwind(args, mapping, cpus) {
+        Ok(s) => s,
+        Err(e) => {
+            printer.error(&e.to_string(), e.hint());
+            return ExitStatus::Error;
+        }
+    };
     let progress = Progress::default();
-    let result = progress::with_progress_bar(printer, &progress, || pipeline::unwind(&opts, &progress));
+    let result = progress::with_progress_bar(printer, &progress, || pipeline::unwind(&settings, &progress));
     match result {
         Ok(summary) => {
             for w in &summary.report.warnings {

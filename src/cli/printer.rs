@@ -129,7 +129,7 @@ impl Printer {
         if !r.widenings.is_empty() {
             text.push_str(&format!("{} columns were widened (see `_etl/run.json`)\n", r.widenings.len()));
         }
-        let run = s.published.as_ref().map(|p| format!(", run `{}`", p.run_id)).unwrap_or_default();
+        let run = s.committed.run_id.as_ref().map(|id| format!(", run `{id}`")).unwrap_or_default();
         text.push_str(&format!("output: {out} ({:.1}s{run})\n", r.timings_ms.total as f64 / 1000.0));
         let _ = std::io::stderr().write_all(text.as_bytes());
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::Printer;
-use crate::pipeline::{PHASE_COMMIT, PHASE_READ, PHASE_WRITE, Progress};
+use crate::pipeline::progress::{Phase, Progress};
 
 /// Runs `work` while a thread draws `progress` (when stderr is a terminal and not quiet).
 pub fn with_progress_bar<T: Send>(printer: &Printer, progress: &Progress, work: impl FnOnce() -> T + Send) -> T {
@@ -30,10 +30,10 @@ pub fn with_progress_bar<T: Send>(printer: &Printer, progress: &Progress, work: 
                 bar.set_position(progress.bytes.load(Ordering::Relaxed));
                 let items = progress.items.load(Ordering::Relaxed);
                 let rate = items as f64 / start.elapsed().as_secs_f64().max(0.001);
-                bar.set_prefix(match progress.phase.load(Ordering::Relaxed) {
-                    PHASE_READ => "reading",
-                    PHASE_WRITE => "writing",
-                    PHASE_COMMIT => "committing",
+                bar.set_prefix(match progress.phase() {
+                    Phase::Reading => "reading",
+                    Phase::Writing => "writing",
+                    Phase::Committing => "committing",
                     _ => "starting",
                 });
                 bar.set_message(format!(

@@ -87,6 +87,13 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
             return ExitStatus::Error;
         }
     };
+    let data = match crate::store::Target::parse(&data) {
+        Ok(t) => t,
+        Err(e) => {
+            printer.error(&e.to_string(), e.hint());
+            return ExitStatus::Error;
+        }
+    };
     let opts = SqlOptions { data, allow_write, memory_limit, timeout, params };
     runtime.block_on(async move {
         let session = match Session::open(opts, &aws.options()).await {

@@ -11,43 +11,53 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 
 use super::{
-    DecodeError, Item, MAX_DEPTH, MAX_ITEM_SIZE, Number, NumberError, RejectReason, TypeTag, Value, item_size,
+    Change, DecodeError, DecodeReason, Item, MAX_DEPTH, MAX_ITEM_SIZE, Number, NumberError, Record, TypeTag, Value,
+    item_size,
 };
 
-/// Decodes one export line, `{"Item":{...}}`, into an item.
-pub fn decode_export_line(line: &str) -> Result<Item<'_>, DecodeError> {
+/// Decodes one export line: `{"Item":{...}}` (a full export) or a change record
+/// `{"Metadata":{"WriteTimestampMicros":{"N":"…"}},"Keys":{…},"OldImage":{…},"NewImage":{…}}`
+/// (an incremental export; fields in any order, `OldImage` and `NewImage` optional).
+pub fn decode_export_line(line: &str) -> Result<Record<'_>, DecodeError> {
     let mut p = Parser::new(line);
     p.ws();
     p.expect(b'{')?;
     p.ws();
     if p.peek() == Some(b'}') {
-        return Err(p.fail(RejectReason::NotAnItem, "line is an empty object, expected `{\"Item\":{...}}`"));
+        return Err(p.fail(DecodeReason::NotAnItem, "line is an empty object, expected `{\"Item\":{...}}`"));
     }
     let key_at = p.pos;
     let key = p.string()?;
-    if key != "Item" {
-        let reason = if matches!(&*key, "Metadata" | "Keys" | "NewImage" | "OldImage") {
-            RejectReason::IncrementalRecord
-        } else {
-            RejectReason::NotAnItem
-        };
-        p.pos = key_at;
-        return Err(p.fail(reason, format!("expected `Item` as the line's only field, found `{key}`")));
-    }
-    p.ws();
-    p.expect(b':')?;
-    p.ws();
-    let item = p.item()?;
-    p.ws();
-    if p.peek() == Some(b',') {
-        return Err(p.fail(RejectReason::NotAnItem, "unexpected field after `Item`"));
-    }
+    let record = match &*key {
+        "Item" => {
+            p.ws();
+            p.expect(b':')?;
+            p.ws();
+            let item = p.item()?;
+            p.ws();
+            if p.peek() == Some(b',') {
+                return Err(p.fail(DecodeReason::NotAnItem, "unexpected field after `Item`"));
+            }
+            Record::Put(item)
+        }
+        "Metadata" | "Keys" | "OldImage" | "NewImage" => {
+            p.pos = key_at;
+            Record::Change(p.change_fields()?)
+        }
+        _ => {
+            p.pos = key_at;
+            return Err(p.fail(
+                DecodeReason::NotAnItem,
+                format!("expected `Item` (or a change record's `Metadata`, `Keys`, `NewImage`), found `{key}`"),
+            ));
+        }
+    };
     p.expect(b'}')?;
     p.ws();
     if p.pos != p.b.len() {
-        return Err(p.fail(RejectReason::InvalidJson, "unexpected text after the JSON object"));
+        return Err(p.fail(DecodeReason::InvalidJson, "unexpected text after the JSON object"));
     }
-    Ok(item)
+    Ok(record)
 }
 
 /// Decodes a bare attribute map `{"PK":{"S":"..."},...}` (the items of scan output).
@@ -57,7 +67,7 @@ pub fn decode_item_object(text: &str) -> Result<Item<'_>, DecodeError> {
     let item = p.item()?;
     p.ws();
     if p.pos != p.b.len() {
-        return Err(p.fail(RejectReason::InvalidJson, "unexpected text after the item"));
+        return Err(p.fail(DecodeReason::InvalidJson, "unexpected text after the item"));
     }
     Ok(item)
 }
@@ -152,7 +162,7 @@ impl<'a> Parser<'a> {
         s
     }
 
-    pub(crate) fn fail(&self, reason: RejectReason, message: impl AsRef<str>) -> DecodeError {
+    pub(crate) fn fail(&self, reason: DecodeReason, message: impl AsRef<str>) -> DecodeError {
         let attribute = self.path_string();
         let message = if attribute.is_empty() {
             message.as_ref().to_owned()
@@ -164,10 +174,10 @@ impl<'a> Parser<'a> {
 
     fn syntax(&self, what: &str) -> DecodeError {
         if self.at_end() {
-            self.fail(RejectReason::InvalidJson, format!("unexpected end of input, expected {what}"))
+            self.fail(DecodeReason::InvalidJson, format!("unexpected end of input, expected {what}"))
         } else {
             let found = self.src[self.pos..].chars().next().unwrap_or('?');
-            self.fail(RejectReason::InvalidJson, format!("expected {what}, found `{found}` at byte {}", self.pos))
+            self.fail(DecodeReason::InvalidJson, format!("expected {what}, found `{found}` at byte {}", self.pos))
         }
     }
 
@@ -201,7 +211,7 @@ impl<'a> Parser<'a> {
         self.pos = i;
         loop {
             let Some(c) = self.peek() else {
-                return Err(self.fail(RejectReason::InvalidJson, "unterminated string"));
+                return Err(self.fail(DecodeReason::InvalidJson, "unterminated string"));
             };
             match c {
                 b'"' => {
@@ -211,7 +221,7 @@ impl<'a> Parser<'a> {
                 b'\\' => {
                     self.pos += 1;
                     let Some(e) = self.peek() else {
-                        return Err(self.fail(RejectReason::InvalidJson, "unterminated string"));
+                        return Err(self.fail(DecodeReason::InvalidJson, "unterminated string"));
                     };
                     self.pos += 1;
                     match e {
@@ -229,11 +239,11 @@ impl<'a> Parser<'a> {
                         }
                         _ => {
                             self.pos -= 1;
-                            return Err(self.fail(RejectReason::InvalidJson, "invalid escape in string"));
+                            return Err(self.fail(DecodeReason::InvalidJson, "invalid escape in string"));
                         }
                     }
                 }
-                0..=0x1f => return Err(self.fail(RejectReason::InvalidJson, "control character in string")),
+                0..=0x1f => return Err(self.fail(DecodeReason::InvalidJson, "control character in string")),
                 _ => {
                     let run_start = self.pos;
                     while self.pos < b.len() && !STRING_STOP[b[self.pos] as usize] {
@@ -247,12 +257,12 @@ impl<'a> Parser<'a> {
 
     fn hex4(&mut self) -> Result<u32, DecodeError> {
         let Some(h) = self.b.get(self.pos..self.pos + 4) else {
-            return Err(self.fail(RejectReason::InvalidJson, "truncated `\\u` escape"));
+            return Err(self.fail(DecodeReason::InvalidJson, "truncated `\\u` escape"));
         };
         let mut v = 0u32;
         for &c in h {
             let d =
-                (c as char).to_digit(16).ok_or_else(|| self.fail(RejectReason::InvalidJson, "invalid `\\u` escape"))?;
+                (c as char).to_digit(16).ok_or_else(|| self.fail(DecodeReason::InvalidJson, "invalid `\\u` escape"))?;
             v = v * 16 + d;
         }
         self.pos += 4;
@@ -263,18 +273,18 @@ impl<'a> Parser<'a> {
         let hi = self.hex4()?;
         let code = if (0xD800..0xDC00).contains(&hi) {
             if self.b.get(self.pos..self.pos + 2) != Some(b"\\u") {
-                return Err(self.fail(RejectReason::InvalidJson, "lone surrogate in `\\u` escape"));
+                return Err(self.fail(DecodeReason::InvalidJson, "lone surrogate in `\\u` escape"));
             }
             self.pos += 2;
             let lo = self.hex4()?;
             if !(0xDC00..0xE000).contains(&lo) {
-                return Err(self.fail(RejectReason::InvalidJson, "lone surrogate in `\\u` escape"));
+                return Err(self.fail(DecodeReason::InvalidJson, "lone surrogate in `\\u` escape"));
             }
             0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
         } else {
             hi
         };
-        char::from_u32(code).ok_or_else(|| self.fail(RejectReason::InvalidJson, "lone surrogate in `\\u` escape"))
+        char::from_u32(code).ok_or_else(|| self.fail(DecodeReason::InvalidJson, "lone surrogate in `\\u` escape"))
     }
 
     fn literal(&mut self, word: &[u8]) -> bool {
@@ -286,19 +296,158 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// The fields of a change record, from its first field name to just before its closing `}`.
+    fn change_fields(&mut self) -> Result<Change<'a>, DecodeError> {
+        let record_at = self.pos;
+        let mut write_time: Option<i64> = None;
+        let mut keys: Option<Item<'a>> = None;
+        let mut old: Option<Item<'a>> = None;
+        let mut new: Option<Item<'a>> = None;
+        let mut seen_metadata = false;
+        loop {
+            self.ws();
+            let name_at = self.pos;
+            let name = self.string()?;
+            self.ws();
+            self.expect(b':')?;
+            self.ws();
+            match &*name {
+                "Metadata" if !seen_metadata => {
+                    seen_metadata = true;
+                    write_time = self.metadata()?;
+                }
+                "Keys" if keys.is_none() => keys = Some(self.image("Keys")?),
+                "OldImage" if old.is_none() => old = Some(self.image("OldImage")?),
+                "NewImage" if new.is_none() => new = Some(self.image("NewImage")?),
+                "Metadata" | "Keys" | "OldImage" | "NewImage" => {
+                    self.pos = name_at;
+                    return Err(self.fail(
+                        DecodeReason::DuplicateAttribute,
+                        format!("field `{name}` appears twice in the change record"),
+                    ));
+                }
+                other => {
+                    self.pos = name_at;
+                    return Err(self.fail(
+                        DecodeReason::NotAnItem,
+                        format!(
+                            "unexpected field `{other}` in a change record (it has `Metadata`, `Keys`, `OldImage` and `NewImage`)"
+                        ),
+                    ));
+                }
+            }
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => break,
+                _ => return Err(self.syntax("`,` or `}`")),
+            }
+        }
+        let end = self.pos;
+        self.pos = record_at;
+        let Some(keys) = keys else {
+            return Err(self.fail(DecodeReason::NoKeys, "change record has no `Keys`"));
+        };
+        let Some(write_time_micros) = write_time else {
+            return Err(self.fail(DecodeReason::BadWriteTime, "change record has no `Metadata.WriteTimestampMicros`"));
+        };
+        for (image, label) in [(&old, "OldImage"), (&new, "NewImage")] {
+            let Some(image) = image else { continue };
+            for (k, v) in &keys {
+                match image.iter().find(|(n, _)| n == k) {
+                    Some((_, iv)) if iv == v => {}
+                    Some(_) => {
+                        return Err(self.fail(
+                            DecodeReason::KeysMismatch,
+                            format!("`{label}` has key attribute `{k}` with another value than `Keys`"),
+                        ));
+                    }
+                    None => {
+                        return Err(self.fail(
+                            DecodeReason::KeysMismatch,
+                            format!("`{label}` lacks key attribute `{k}` that `Keys` names"),
+                        ));
+                    }
+                }
+            }
+        }
+        self.pos = end;
+        Ok(Change { keys, old, new, write_time_micros })
+    }
+
+    /// `{"WriteTimestampMicros":{"N":"…"}}`: the write time, or `None` when absent.
+    fn metadata(&mut self) -> Result<Option<i64>, DecodeError> {
+        self.path.push(Seg::Name("Metadata"));
+        let start = self.pos;
+        let fields = self.attr_map(1)?;
+        self.path.pop();
+        let mut out = None;
+        for (name, value) in fields {
+            if name != "WriteTimestampMicros" {
+                continue;
+            }
+            let micros = match &value {
+                Value::N(n) => n.to_i64().filter(|m| *m >= 0),
+                _ => None,
+            };
+            match micros {
+                Some(m) => out = Some(m),
+                None => {
+                    self.pos = start;
+                    return Err(self.fail(
+                        DecodeReason::BadWriteTime,
+                        "`Metadata.WriteTimestampMicros` is not a number of microseconds since the epoch",
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `Keys`, `OldImage` or `NewImage`: an attribute map like an item, named in error paths.
+    fn image(&mut self, label: &'static str) -> Result<Item<'a>, DecodeError> {
+        self.path.push(Seg::Name(label));
+        let start = self.pos;
+        let item = self.attr_map(1);
+        let item = match item {
+            Ok(i) => i,
+            Err(e) => {
+                self.path.pop();
+                return Err(e);
+            }
+        };
+        self.path.pop();
+        if item.is_empty() {
+            self.pos = start;
+            let reason = if label == "Keys" { DecodeReason::NoKeys } else { DecodeReason::EmptyItem };
+            return Err(self.fail(reason, format!("`{label}` has no attributes")));
+        }
+        let size = item_size(&item);
+        if size > MAX_ITEM_SIZE {
+            self.pos = start;
+            return Err(self.fail(
+                DecodeReason::ItemTooLarge,
+                format!(
+                    "`{label}` is {size} bytes as DynamoDB counts them, above the 400 KB limit ({MAX_ITEM_SIZE} bytes)"
+                ),
+            ));
+        }
+        Ok(item)
+    }
+
     /// An attribute map: the item itself or the payload of `M`.
     pub(crate) fn item(&mut self) -> Result<Item<'a>, DecodeError> {
         let start = self.pos;
         let item = self.attr_map(1)?;
         if item.is_empty() {
             self.pos = start;
-            return Err(self.fail(RejectReason::EmptyItem, "item has no attributes"));
+            return Err(self.fail(DecodeReason::EmptyItem, "item has no attributes"));
         }
         let size = item_size(&item);
         if size > MAX_ITEM_SIZE {
             self.pos = start;
             return Err(self.fail(
-                RejectReason::ItemTooLarge,
+                DecodeReason::ItemTooLarge,
                 format!("item is {size} bytes as DynamoDB counts them, above the 400 KB limit ({MAX_ITEM_SIZE} bytes)"),
             ));
         }
@@ -307,7 +456,7 @@ impl<'a> Parser<'a> {
 
     fn attr_map(&mut self, depth: usize) -> Result<Vec<(Cow<'a, str>, Value<'a>)>, DecodeError> {
         if self.peek() != Some(b'{') {
-            return Err(self.fail(RejectReason::WrongValueShape, "expected a map of attributes (a JSON object)"));
+            return Err(self.fail(DecodeReason::WrongValueShape, "expected a map of attributes (a JSON object)"));
         }
         self.pos += 1;
         let mut out: Vec<(Cow<'a, str>, Value<'a>)> = Vec::with_capacity(if depth == 1 { 16 } else { 4 });
@@ -325,7 +474,7 @@ impl<'a> Parser<'a> {
             let bit = 1u64 << ((name.len() as u64 * 7 + u64::from(name.as_bytes().last().copied().unwrap_or(0))) & 63);
             if seen & bit != 0 && out.iter().any(|(k, _)| *k == name) {
                 self.pos = name_at;
-                return Err(self.fail(RejectReason::DuplicateAttribute, format!("attribute `{name}` appears twice")));
+                return Err(self.fail(DecodeReason::DuplicateAttribute, format!("attribute `{name}` appears twice")));
             }
             seen |= bit;
             self.ws();
@@ -356,25 +505,25 @@ impl<'a> Parser<'a> {
     fn attr_value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
         if depth > MAX_DEPTH {
             return Err(
-                self.fail(RejectReason::TooDeep, format!("nesting deeper than {MAX_DEPTH} levels (DynamoDB's limit)"))
+                self.fail(DecodeReason::TooDeep, format!("nesting deeper than {MAX_DEPTH} levels (DynamoDB's limit)"))
             );
         }
         if self.peek() != Some(b'{') {
             return Err(
-                self.fail(RejectReason::WrongValueShape, "expected an attribute value such as `{\"S\":\"...\"}`")
+                self.fail(DecodeReason::WrongValueShape, "expected an attribute value such as `{\"S\":\"...\"}`")
             );
         }
         self.pos += 1;
         self.ws();
         if self.peek() == Some(b'}') {
-            return Err(self.fail(RejectReason::NoTypeKey, "attribute value `{}` has no type key"));
+            return Err(self.fail(DecodeReason::NoTypeKey, "attribute value `{}` has no type key"));
         }
         let key_at = self.pos;
         let key = self.string()?;
         let Some(tag) = TypeTag::from_key(&key) else {
             self.pos = key_at;
             return Err(self.fail(
-                RejectReason::UnknownTypeKey,
+                DecodeReason::UnknownTypeKey,
                 format!("unknown type key `{key}`; expected one of S, N, B, BOOL, NULL, SS, NS, BS, L, M"),
             ));
         };
@@ -393,7 +542,7 @@ impl<'a> Parser<'a> {
                 self.ws();
                 let second = self.string().map(|s| s.into_owned()).unwrap_or_else(|_| "?".to_owned());
                 Err(self.fail(
-                    RejectReason::TwoTypeKeys,
+                    DecodeReason::TwoTypeKeys,
                     format!("attribute value has two type keys, `{key}` and `{second}`"),
                 ))
             }
@@ -412,13 +561,13 @@ impl<'a> Parser<'a> {
                 shown.push('…');
             }
             let (reason, msg) = match e {
-                NumberError::Syntax => (RejectReason::InvalidNumber, format!("`{shown}` is not a decimal number")),
+                NumberError::Syntax => (DecodeReason::InvalidNumber, format!("`{shown}` is not a decimal number")),
                 NumberError::TooPrecise { digits } => (
-                    RejectReason::TooManyDigits,
+                    DecodeReason::TooManyDigits,
                     format!("number `{shown}` has {digits} significant digits; DynamoDB keeps at most 38"),
                 ),
                 NumberError::OutOfRange => (
-                    RejectReason::NumberOutOfRange,
+                    DecodeReason::NumberOutOfRange,
                     format!("number `{shown}` is outside DynamoDB's range (1E-130 to 9.99…E+125 in magnitude)"),
                 ),
             };
@@ -432,7 +581,7 @@ impl<'a> Parser<'a> {
         let s = self.string()?;
         base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map(Cow::Owned).map_err(|e| {
             let mut err =
-                self.fail(RejectReason::InvalidBase64, format!("binary value is not padded standard base64 ({e})"));
+                self.fail(DecodeReason::InvalidBase64, format!("binary value is not padded standard base64 ({e})"));
             err.offset = at;
             err
         })
@@ -441,7 +590,7 @@ impl<'a> Parser<'a> {
     fn payload(&mut self, tag: TypeTag, depth: usize) -> Result<Value<'a>, DecodeError> {
         let at = self.pos;
         let want =
-            |p: &Self, what: &str| p.fail(RejectReason::WrongValueShape, format!("`{tag}` value must be {what}"));
+            |p: &Self, what: &str| p.fail(DecodeReason::WrongValueShape, format!("`{tag}` value must be {what}"));
         match tag {
             TypeTag::S => {
                 if self.peek() != Some(b'"') {
@@ -519,7 +668,7 @@ impl<'a> Parser<'a> {
     fn set(&mut self, tag: TypeTag) -> Result<Value<'a>, DecodeError> {
         let at = self.pos;
         if self.peek() != Some(b'[') {
-            return Err(self.fail(RejectReason::WrongValueShape, format!("`{tag}` value must be a JSON array")));
+            return Err(self.fail(DecodeReason::WrongValueShape, format!("`{tag}` value must be a JSON array")));
         }
         self.pos += 1;
         let mut strings: Vec<Cow<'a, str>> = Vec::new();
@@ -529,14 +678,14 @@ impl<'a> Parser<'a> {
         if self.peek() == Some(b']') {
             self.pos = at;
             return Err(
-                self.fail(RejectReason::EmptySet, format!("empty `{tag}` set; DynamoDB never stores empty sets"))
+                self.fail(DecodeReason::EmptySet, format!("empty `{tag}` set; DynamoDB never stores empty sets"))
             );
         }
         loop {
             self.ws();
             let el_at = self.pos;
             if self.peek() != Some(b'"') {
-                return Err(self.fail(RejectReason::WrongValueShape, format!("`{tag}` members must be strings")));
+                return Err(self.fail(DecodeReason::WrongValueShape, format!("`{tag}` members must be strings")));
             }
             match tag {
                 TypeTag::SS => strings.push(self.string()?),
@@ -563,7 +712,7 @@ impl<'a> Parser<'a> {
         };
         if dup {
             self.pos = at;
-            return Err(self.fail(RejectReason::DuplicateSetMember, format!("`{tag}` set has a duplicate member")));
+            return Err(self.fail(DecodeReason::DuplicateSetMember, format!("`{tag}` set has a duplicate member")));
         }
         Ok(match tag {
             TypeTag::SS => Value::SS(strings),
@@ -576,7 +725,7 @@ impl<'a> Parser<'a> {
     /// deeper than `limit` so hostile input cannot exhaust the stack.
     pub(crate) fn skip_value(&mut self, limit: usize) -> Result<(), DecodeError> {
         if limit == 0 {
-            return Err(self.fail(RejectReason::InvalidJson, "JSON nested too deeply"));
+            return Err(self.fail(DecodeReason::InvalidJson, "JSON nested too deeply"));
         }
         self.ws();
         match self.peek() {
@@ -670,11 +819,24 @@ fn has_duplicate<T: PartialEq + std::hash::Hash + Eq>(items: &[T]) -> bool {
     }
 }
 
+/// Decodes a full-export line known to hold an item, for tests across the crate.
+#[cfg(test)]
+pub(crate) fn put_line(line: &str) -> Item<'_> {
+    match decode_export_line(line) {
+        Ok(Record::Put(item)) => item,
+        other => panic!("expected an item from {line}: {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn reason(line: &str) -> RejectReason {
+    fn put(line: &str) -> Item<'_> {
+        put_line(line)
+    }
+
+    fn reason(line: &str) -> DecodeReason {
         match decode_export_line(line) {
             Ok(item) => panic!("expected a reject, decoded {item:?}"),
             Err(e) => e.reason,
@@ -684,7 +846,7 @@ mod tests {
     #[test]
     fn decodes_every_type() {
         let line = r#"{"Item":{"PK":{"S":"CUST#7"},"SK":{"S":"PROFILE"},"Type":{"S":"Customer"},"score":{"N":"-12.50"},"big":{"N":"12345678901234567890123456789012345678"},"photo":{"B":"3q2+7w=="},"vip":{"BOOL":true},"nick":{"NULL":true},"tags":{"SS":["gold","eu"]},"lucky":{"NS":["7","13"]},"keys":{"BS":["AQI=","AwQ="]},"history":{"L":[{"S":"x"},{"N":"1"},{"M":{}}]},"addr":{"M":{"city":{"S":"Oslo"},"zip":{"N":"150"}}}}}"#;
-        let item = decode_export_line(line).unwrap();
+        let item = put(line);
         assert_eq!(item.len(), 13);
         let get = |name: &str| &item.iter().find(|(k, _)| k == name).unwrap().1;
         assert_eq!(get("score"), &Value::N(Number::parse("-12.5").unwrap()));
@@ -698,18 +860,35 @@ mod tests {
     }
 
     #[test]
+    fn change_records() {
+        let line = r#"{"Metadata":{"WriteTimestampMicros":{"N":"1768386096366933"}},"Keys":{"pk":{"N":"3"},"sk":{"N":"2"}},"OldImage":{"sk":{"N":"2"},"pk":{"N":"3"},"number":{"N":"7"}},"NewImage":{"pk":{"N":"3"},"sk":{"N":"2"}}}"#;
+        let Record::Change(c) = decode_export_line(line).unwrap() else { panic!("not a change") };
+        assert_eq!(c.write_time_micros, 1_768_386_096_366_933);
+        assert_eq!(c.keys.len(), 2);
+        assert_eq!(c.old.as_ref().map(Vec::len), Some(3));
+        assert_eq!(c.new.as_ref().map(Vec::len), Some(2));
+        // A delete in a NEW_IMAGE export carries only keys; fields may come in any order.
+        let delete = r#"{"Keys":{"pk":{"S":"a"}},"Metadata":{"WriteTimestampMicros":{"N":"5"}}}"#;
+        let Record::Change(d) = decode_export_line(delete).unwrap() else { panic!("not a change") };
+        assert!(d.old.is_none() && d.new.is_none());
+        assert_eq!(d.write_time_micros, 5);
+        let err = decode_export_line(r#"{"Keys":{"pk":{"S":"a"},"sk":{"N":"x"}}}"#).unwrap_err();
+        assert_eq!(err.attribute, "Keys.sk");
+    }
+
+    #[test]
     fn escapes_and_whitespace() {
         let line = "  { \"Item\" : { \"a\\\"b\" : { \"S\" : \"x\\n\\u00e9\\ud83d\\ude00\\/\" } } }  ";
-        let item = decode_export_line(line).unwrap();
+        let item = put(line);
         assert_eq!(item[0].0, "a\"b");
         assert_eq!(item[0].1, Value::S(Cow::Owned("x\né😀/".into())));
-        let b = decode_export_line(r#"{"Item":{"b":{"B":"3q2\/7w=="}}}"#).unwrap();
+        let b = put(r#"{"Item":{"b":{"B":"3q2\/7w=="}}}"#);
         assert_eq!(b[0].1, Value::B(Cow::Owned(vec![0xde, 0xad, 0xbf, 0xef])));
     }
 
     #[test]
     fn rejects_with_reasons() {
-        use RejectReason::*;
+        use DecodeReason::*;
         for (line, want) in [
             (r#"{"Item":{"a":{"S":"x","N":"1"}}}"#, TwoTypeKeys),
             (r#"{"Item":{"a":{"Q":"x"}}}"#, UnknownTypeKey),
@@ -727,7 +906,28 @@ mod tests {
             (r#"{"Item":{"a":{"S":"x"}}"#, InvalidJson),
             (r#"{"Item":{"a":{"S":"x"}}} x"#, InvalidJson),
             (r#"{"Item":{"a":{"S":"x"}},"b":1}"#, NotAnItem),
-            (r#"{"Metadata":{}}"#, IncrementalRecord),
+            (r#"{"Metadata":{}}"#, NoKeys),
+            (r#"{"Keys":{"pk":{"S":"1"}}}"#, BadWriteTime),
+            (r#"{"Metadata":{"WriteTimestampMicros":{"S":"1"}},"Keys":{"pk":{"S":"1"}}}"#, BadWriteTime),
+            (r#"{"Metadata":{"WriteTimestampMicros":{"N":"-1"}},"Keys":{"pk":{"S":"1"}}}"#, BadWriteTime),
+            (r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{}}"#, NoKeys),
+            (
+                r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"1"}},"NewImage":{"pk":{"S":"2"}}}"#,
+                KeysMismatch,
+            ),
+            (
+                r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"1"}},"OldImage":{"a":{"S":"2"}}}"#,
+                KeysMismatch,
+            ),
+            (
+                r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"1"}},"Keys":{"pk":{"S":"1"}}}"#,
+                DuplicateAttribute,
+            ),
+            (r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"1"}},"Extra":1}"#, NotAnItem),
+            (
+                r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"1"}},"NewImage":{"pk":{"Q":"1"}}}"#,
+                UnknownTypeKey,
+            ),
             (r#"[1]"#, InvalidJson),
             (r#"{"Item":{"a":{"NULL":false}}}"#, WrongValueShape),
             (r#"{"Item":{"a":{"BOOL":"true"}}}"#, WrongValueShape),
@@ -751,11 +951,11 @@ mod tests {
     fn nesting_limit_is_32_levels() {
         assert!(decode_export_line(&nested(32)).is_ok());
         let err = decode_export_line(&nested(33)).unwrap_err();
-        assert_eq!(err.reason, RejectReason::TooDeep);
+        assert_eq!(err.reason, DecodeReason::TooDeep);
         assert!(err.attribute.starts_with("deep[0]"), "{}", err.attribute);
         // Hostile depth never overflows the stack.
         let hostile = format!(r#"{{"Item":{{"a":{}}}}}"#, r#"{"L":["#.repeat(100_000));
-        assert_eq!(reason(&hostile), RejectReason::TooDeep);
+        assert_eq!(reason(&hostile), DecodeReason::TooDeep);
     }
 
     #[test]
@@ -768,7 +968,7 @@ mod tests {
         assert!(decode_export_line(&line).is_ok());
         let big = "x".repeat(MAX_ITEM_SIZE);
         let err = decode_export_line(&format!(r#"{{"Item":{{"s":{{"S":"{big}"}}}}}}"#)).unwrap_err();
-        assert_eq!(err.reason, RejectReason::ItemTooLarge);
+        assert_eq!(err.reason, DecodeReason::ItemTooLarge);
     }
 
     #[test]
@@ -816,7 +1016,7 @@ mod no_panic {
                 if !line.is_char_boundary(end) { continue; }
                 line.replace_range(at..end, &ins);
             }
-            if let Ok(item) = super::decode_export_line(&line) {
+            if let Ok(crate::decode::Record::Put(item)) = super::decode_export_line(&line) {
                 // Whatever decodes re-encodes to DynamoDB JSON that decodes to the same item.
                 let mut text = String::new();
                 crate::decode::write_item_json(&item, &mut text);

@@ -1,10 +1,13 @@
-//! Wire formats to typed items: DynamoDB JSON export lines and `aws dynamodb scan` documents.
+//! Wire formats to [`Record`]s: DynamoDB JSON export lines (full-export items and
+//! incremental-export change records) and the items of `aws dynamodb scan` documents, through one
+//! dispatch by [`Format`] ([`decode`]).
 //!
 //! Owns the exact attribute model ([`Value`]) and every rule about what DynamoDB could have
 //! exported: one type key per value, canonical numbers, strict base64, non-empty sets without
 //! duplicates, nesting up to 32 levels and items up to 400 KB as DynamoDB measures them.
-//! Anything else becomes a [`DecodeError`] that the pipeline turns into a reject row. This module
-//! knows nothing of entities, Arrow or files; it never panics on any input.
+//! Anything else becomes a [`DecodeError`] with a decode-level [`DecodeReason`], which
+//! `normalize` turns into a reject row. This module knows nothing of entities, Arrow or files; it
+//! never panics on any input.
 
 pub mod json;
 pub mod number;
@@ -14,6 +17,63 @@ use std::borrow::Cow;
 use std::fmt;
 
 pub use number::{Number, NumberError, NumberStats};
+
+/// The wire format of one unit of input text (a line, or an item inside a scan document).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// An export data line: `{"Item":{…}}`, or an incremental export's change record
+    /// `{"Metadata":…,"Keys":…,"OldImage":…,"NewImage":…}`.
+    ExportJson,
+    /// One item of `aws dynamodb scan` output: a bare attribute map `{"PK":{"S":"…"},…}`.
+    ScanItemJson,
+}
+
+/// What one unit of input says happened to the table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record<'a> {
+    /// An item as it is (full exports, scans).
+    Put(Item<'a>),
+    /// A change record of an incremental export.
+    Change(Change<'a>),
+}
+
+/// One item's net change within an incremental export's window: `new` present replaces the
+/// whole item, absent deletes it by `keys`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change<'a> {
+    /// The primary key attributes, never empty.
+    pub keys: Item<'a>,
+    /// The item at the start of the window (`NEW_AND_OLD_IMAGES` exports only).
+    pub old: Option<Item<'a>>,
+    /// The item at the end of the window; absent for a delete.
+    pub new: Option<Item<'a>>,
+    /// `Metadata.WriteTimestampMicros`: when DynamoDB applied the write, in microseconds since
+    /// the Unix epoch.
+    pub write_time_micros: i64,
+}
+
+/// Decodes one unit of input of `format`. Bytes are validated as UTF-8 first (with SIMD), so an
+/// invalid sequence is a reject naming its byte offset.
+pub fn decode(format: Format, bytes: &[u8]) -> Result<Record<'_>, DecodeError> {
+    let text = match simdutf8::basic::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(_) => {
+            // Only the slow validator says where.
+            let at = std::str::from_utf8(bytes).err().map_or(0, |e| e.valid_up_to());
+            return Err(DecodeError::new(
+                DecodeReason::InvalidUtf8,
+                "",
+                at,
+                format!("invalid UTF-8 at byte {at} of the line"),
+            ));
+        }
+    };
+    match format {
+        Format::ExportJson => json::decode_export_line(text),
+        Format::ScanItemJson => json::decode_item_object(text).map(Record::Put),
+    }
+}
 
 /// Deepest nesting DynamoDB accepts, counting a top-level attribute as level 1.
 pub const MAX_DEPTH: usize = 32;
@@ -204,11 +264,11 @@ pub fn write_item_json(item: &Item<'_>, out: &mut String) {
     out.push('}');
 }
 
-/// Why an input line or item was rejected: a stable code for the rejects table and reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-#[repr(u8)]
-pub enum RejectReason {
+/// Why a line or item is not something DynamoDB could have exported: the decode-level reject
+/// reasons. `normalize::RejectReason` is the one table of every reason code; these are its
+/// decode-level part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DecodeReason {
     InvalidUtf8,
     InvalidJson,
     NotAnItem,
@@ -226,99 +286,19 @@ pub enum RejectReason {
     TooDeep,
     EmptyItem,
     ItemTooLarge,
-    LineTooLong,
-    CorruptFile,
-    IncrementalRecord,
-    /// A key does not match its mapping template.
-    KeyTemplate,
-    /// Two keys, or a key and an attribute, disagree on one column.
-    KeyConflict,
-    /// A value does not fit its declared column type.
-    Coercion,
-    /// A required column has no value.
-    Required,
-    /// An attribute the mapping does not name, under `unmapped = "reject"`.
-    UnmappedAttribute,
-    /// A type value no mapping entity matches, under `unmatched = "reject"`.
-    UnmatchedEntity,
-}
-
-impl RejectReason {
-    /// Every reason, in declaration order (`ALL[r as usize] == r`).
-    pub const ALL: [RejectReason; 26] = [
-        RejectReason::InvalidUtf8,
-        RejectReason::InvalidJson,
-        RejectReason::NotAnItem,
-        RejectReason::NoTypeKey,
-        RejectReason::TwoTypeKeys,
-        RejectReason::UnknownTypeKey,
-        RejectReason::WrongValueShape,
-        RejectReason::InvalidNumber,
-        RejectReason::TooManyDigits,
-        RejectReason::NumberOutOfRange,
-        RejectReason::InvalidBase64,
-        RejectReason::EmptySet,
-        RejectReason::DuplicateSetMember,
-        RejectReason::DuplicateAttribute,
-        RejectReason::TooDeep,
-        RejectReason::EmptyItem,
-        RejectReason::ItemTooLarge,
-        RejectReason::LineTooLong,
-        RejectReason::CorruptFile,
-        RejectReason::IncrementalRecord,
-        RejectReason::KeyTemplate,
-        RejectReason::KeyConflict,
-        RejectReason::Coercion,
-        RejectReason::Required,
-        RejectReason::UnmappedAttribute,
-        RejectReason::UnmatchedEntity,
-    ];
-}
-
-impl RejectReason {
-    pub fn code(self) -> &'static str {
-        match self {
-            RejectReason::InvalidUtf8 => "invalid_utf8",
-            RejectReason::InvalidJson => "invalid_json",
-            RejectReason::NotAnItem => "not_an_item",
-            RejectReason::NoTypeKey => "no_type_key",
-            RejectReason::TwoTypeKeys => "two_type_keys",
-            RejectReason::UnknownTypeKey => "unknown_type_key",
-            RejectReason::WrongValueShape => "wrong_value_shape",
-            RejectReason::InvalidNumber => "invalid_number",
-            RejectReason::TooManyDigits => "too_many_digits",
-            RejectReason::NumberOutOfRange => "number_out_of_range",
-            RejectReason::InvalidBase64 => "invalid_base64",
-            RejectReason::EmptySet => "empty_set",
-            RejectReason::DuplicateSetMember => "duplicate_set_member",
-            RejectReason::DuplicateAttribute => "duplicate_attribute",
-            RejectReason::TooDeep => "too_deep",
-            RejectReason::EmptyItem => "empty_item",
-            RejectReason::ItemTooLarge => "item_too_large",
-            RejectReason::LineTooLong => "line_too_long",
-            RejectReason::CorruptFile => "corrupt_file",
-            RejectReason::IncrementalRecord => "incremental_record",
-            RejectReason::KeyTemplate => "key_template",
-            RejectReason::KeyConflict => "key_conflict",
-            RejectReason::Coercion => "coercion",
-            RejectReason::Required => "required",
-            RejectReason::UnmappedAttribute => "unmapped_attribute",
-            RejectReason::UnmatchedEntity => "unmatched_entity",
-        }
-    }
-}
-
-impl fmt::Display for RejectReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code())
-    }
+    /// A change record (incremental export line) without `Keys`, or with empty `Keys`.
+    NoKeys,
+    /// A change record whose image disagrees with its `Keys` on a key attribute.
+    KeysMismatch,
+    /// A change record whose `Metadata.WriteTimestampMicros` is missing or not a timestamp.
+    BadWriteTime,
 }
 
 /// A line or item that is not something DynamoDB could have exported.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct DecodeError {
-    pub reason: RejectReason,
+    pub reason: DecodeReason,
     /// Attribute path such as `address.zip` or `tags[2]`, empty when the whole line is at fault.
     pub attribute: String,
     /// Byte offset of the problem inside the line (or item).
@@ -328,25 +308,8 @@ pub struct DecodeError {
 }
 
 impl DecodeError {
-    pub fn new(reason: RejectReason, attribute: impl Into<String>, offset: usize, message: impl Into<String>) -> Self {
+    pub fn new(reason: DecodeReason, attribute: impl Into<String>, offset: usize, message: impl Into<String>) -> Self {
         DecodeError { reason, attribute: attribute.into(), offset, message: message.into() }
-    }
-}
-
-#[cfg(test)]
-mod reason_tests {
-    use super::RejectReason;
-
-    #[test]
-    fn all_lists_every_reason_in_order() {
-        for (i, r) in RejectReason::ALL.iter().enumerate() {
-            assert_eq!(*r as usize, i, "{r:?}");
-        }
-        assert_eq!(
-            RejectReason::UnmatchedEntity as usize,
-            RejectReason::ALL.len() - 1,
-            "a new reason must be added to `ALL`"
-        );
     }
 }
 

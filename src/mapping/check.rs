@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::apply::{self, Failure, FailureKind, Route};
 use super::file::{Mapping, UnmatchedPolicy};
-use crate::decode::{DecodeError, Item, Value};
+use crate::decode::{Item, Value};
+use crate::normalize::Reject;
+use crate::normalize::apply::{self, Failure, FailureKind, Route};
 
 /// Offending keys kept per problem.
 pub const EXAMPLES: usize = 3;
@@ -52,7 +53,8 @@ impl<'m> Checker<'m> {
         }
     }
 
-    pub fn observe(&mut self, file: &str, line: u64, item: Result<&Item<'_>, &DecodeError>) {
+    /// Counts one unit of input: an item, or the reject `etl unwind` would make of it.
+    pub fn observe(&mut self, file: &str, line: u64, item: Result<&Item<'_>, &Reject>) {
         self.items += 1;
         let item = match item {
             Ok(i) => i,

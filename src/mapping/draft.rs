@@ -18,9 +18,9 @@ use std::fmt::Write as _;
 use super::infer::EntityShape;
 use super::keyinfer::{InferredTemplate, KeySample, infer_template};
 use super::template::KeyTemplate;
-use super::{ColumnType, SetKind};
 use crate::decode::{Item, Value};
 use crate::normalize::naming;
+use crate::schema::{ColumnType, SetKind};
 
 /// Discriminator conventions, in order of preference, with who uses them.
 pub const DISCRIMINATORS: &[(&str, &str)] = &[

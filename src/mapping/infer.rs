@@ -18,10 +18,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
-
-use super::{Column, ColumnType, DECIMAL_PRECISION, SetKind, StructField, TableSchema};
 use crate::decode::{Item, Number, TypeTag, Value};
+use crate::schema::{Column, ColumnType, DECIMAL_PRECISION, SetKind, StructField, TableSchema, Widening};
 
 /// A map with more distinct field names than this over all items is kept as JSON text.
 pub const MAX_STRUCT_FIELDS: usize = 64;
@@ -179,16 +177,6 @@ impl Shape {
     }
 }
 
-/// A column whose type is wider than some of its values needed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Widening {
-    pub table: String,
-    pub column: String,
-    pub seen: BTreeMap<String, u64>,
-    pub chosen: String,
-    pub reason: String,
-}
-
 /// Resolves a shape to a column type, recording widenings under `path`.
 pub fn resolve(shape: &Shape, table: &str, path: &str, widenings: &mut Vec<Widening>) -> ColumnType {
     let non_null: Vec<TypeTag> =
@@ -233,7 +221,7 @@ pub fn resolve(shape: &Shape, table: &str, path: &str, widenings: &mut Vec<Widen
             let el_types = TypeTag::ALL.into_iter().filter(|t| *t != TypeTag::Null && el.count(*t) > 0).count();
             if el_types > 1 {
                 let ty = ColumnType::Json;
-                widen(&ty, format!("list elements of several types ({}): json", super::seen_label(&el.seen())));
+                widen(&ty, format!("list elements of several types ({}): json", crate::schema::seen_label(&el.seen())));
                 return ty;
             }
             let element = resolve(el, table, &format!("{path}[]"), widenings);
@@ -342,12 +330,12 @@ impl EntityShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::json::decode_export_line;
+    use crate::decode::json::put_line as decode_export_line;
 
     fn schema_of(lines: &[&str]) -> (TableSchema, Vec<Widening>) {
         let mut shape = EntityShape::default();
         for (i, l) in lines.iter().enumerate() {
-            shape.observe(&decode_export_line(l).unwrap(), 0, i as u64 + 1);
+            shape.observe(&decode_export_line(l), 0, i as u64 + 1);
         }
         let mut w = Vec::new();
         (shape.schema("t", Some("T"), &mut w), w)
@@ -406,7 +394,7 @@ mod tests {
             r#"{"Item":{"b":{"N":"1.25"},"a":{"N":"2.5"}}}"#,
             r#"{"Item":{"m":{"M":{"y":{"N":"3"}}},"c":{"SS":["z"]}}}"#,
         ];
-        let items: Vec<_> = lines.iter().map(|l| decode_export_line(l).unwrap()).collect();
+        let items: Vec<_> = lines.iter().map(|l| decode_export_line(l)).collect();
         let mut one = EntityShape::default();
         for (i, it) in items.iter().enumerate() {
             one.observe(it, 0, i as u64);
@@ -431,7 +419,7 @@ mod tests {
         let mut shape = EntityShape::default();
         for i in 0..(MAX_STRUCT_FIELDS + 1) {
             let line = format!(r#"{{"Item":{{"m":{{"M":{{"k{i}":{{"S":"v"}}}}}}}}}}"#);
-            shape.observe(&decode_export_line(&line).unwrap(), 0, i as u64);
+            shape.observe(&decode_export_line(&line), 0, i as u64);
         }
         let mut w = Vec::new();
         let s = shape.schema("t", None, &mut w);

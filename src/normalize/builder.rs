@@ -9,12 +9,12 @@ use datafusion::arrow::array::{
     Int64Builder, ListArray, MapArray, NullBufferBuilder, PrimitiveBuilder, RecordBatch, StringBuilder, StructArray,
 };
 use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, FieldRef, Fields, SchemaRef};
 use datafusion::arrow::datatypes::{TimestampMicrosecondType, TimestampMillisecondType, TimestampSecondType};
 use datafusion::arrow::error::ArrowError;
 
 use crate::decode::{Item, TypeTag, Value};
-use crate::mapping::{ColumnType, TableSchema};
+use crate::schema::{ColumnType, TableSchema, TsUnit};
 
 /// A value did not fit its column, or Arrow refused the arrays.
 #[derive(Debug, thiserror::Error)]
@@ -104,9 +104,9 @@ impl Col {
             },
             (ColumnType::Float64, _) => Col::Float64(Float64Builder::new()),
             (ColumnType::Timestamp { unit }, dt) => match unit {
-                crate::mapping::TsUnit::Second => Col::TsSecond(PrimitiveBuilder::new().with_data_type(dt.clone())),
-                crate::mapping::TsUnit::Millisecond => Col::TsMilli(PrimitiveBuilder::new().with_data_type(dt.clone())),
-                crate::mapping::TsUnit::Microsecond => Col::TsMicro(PrimitiveBuilder::new().with_data_type(dt.clone())),
+                TsUnit::Second => Col::TsSecond(PrimitiveBuilder::new().with_data_type(dt.clone())),
+                TsUnit::Millisecond => Col::TsMilli(PrimitiveBuilder::new().with_data_type(dt.clone())),
+                TsUnit::Microsecond => Col::TsMicro(PrimitiveBuilder::new().with_data_type(dt.clone())),
             },
             (ColumnType::Date, _) => Col::Date(Date32Builder::new()),
             (ColumnType::Map { value }, DataType::Map(field, _)) => {
@@ -441,72 +441,5 @@ impl BatchBuilder {
         let rows = std::mem::take(&mut self.rows);
         let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
         RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts).map_err(arrow)
-    }
-}
-
-/// The `_rejects` table's schema.
-pub fn rejects_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("source_file", DataType::Utf8, false),
-        Field::new("line", DataType::Int64, false),
-        Field::new("byte_offset", DataType::Int64, false),
-        Field::new("reason", DataType::Utf8, false),
-        Field::new("attribute", DataType::Utf8, true),
-        Field::new("message", DataType::Utf8, false),
-        Field::new("raw", DataType::Utf8, false),
-        Field::new("raw_truncated", DataType::Boolean, false),
-    ]))
-}
-
-/// Builds `_rejects` batches.
-#[derive(Default)]
-pub struct RejectsBuilder {
-    file: StringBuilder,
-    line: Int64Builder,
-    offset: Int64Builder,
-    reason: StringBuilder,
-    attribute: StringBuilder,
-    message: StringBuilder,
-    raw: StringBuilder,
-    truncated: BooleanBuilder,
-    rows: usize,
-}
-
-impl RejectsBuilder {
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    pub fn append(&mut self, file: &str, r: &crate::pipeline::spill::RejectRow<'_>) {
-        self.file.append_value(file);
-        self.line.append_value(r.line as i64);
-        self.offset.append_value(r.offset as i64);
-        self.reason.append_value(r.reason.code());
-        if r.attribute.is_empty() {
-            self.attribute.append_null();
-        } else {
-            self.attribute.append_value(r.attribute);
-        }
-        self.message.append_value(r.message);
-        self.raw.append_value(String::from_utf8_lossy(r.raw));
-        self.truncated.append_value(r.truncated);
-        self.rows += 1;
-    }
-
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        self.rows = 0;
-        RecordBatch::try_new(
-            rejects_schema(),
-            vec![
-                Arc::new(self.file.finish()),
-                Arc::new(self.line.finish()),
-                Arc::new(self.offset.finish()),
-                Arc::new(self.reason.finish()),
-                Arc::new(self.attribute.finish()),
-                Arc::new(self.message.finish()),
-                Arc::new(self.raw.finish()),
-                Arc::new(self.truncated.finish()),
-            ],
-        )
     }
 }

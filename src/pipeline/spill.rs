@@ -6,7 +6,8 @@
 
 use std::borrow::Cow;
 
-use crate::decode::{Item, Number, RejectReason, TypeTag, Value};
+use crate::decode::{Item, Number, TypeTag, Value};
+use crate::normalize::{RejectReason, RejectRow};
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -170,7 +171,7 @@ impl<'a> Reader<'a> {
         let line = self.varint()?;
         let offset = self.varint()?;
         let at = self.pos;
-        let reason = *REASONS.get(*self.b.get(at).ok_or(SpillError(at))? as usize).ok_or(SpillError(at))?;
+        let reason = RejectReason::from_index(*self.b.get(at).ok_or(SpillError(at))?).ok_or(SpillError(at))?;
         self.pos += 1;
         let attribute = self.str()?;
         let message = self.str()?;
@@ -179,21 +180,6 @@ impl<'a> Reader<'a> {
         self.pos += 1;
         Ok(RejectRow { file, line, offset, reason, attribute, message, raw, truncated })
     }
-}
-
-const REASONS: [RejectReason; RejectReason::ALL.len()] = RejectReason::ALL;
-
-/// One rejected line or item, as stored for the `_rejects` table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RejectRow<'a> {
-    pub file: u32,
-    pub line: u64,
-    pub offset: u64,
-    pub reason: RejectReason,
-    pub attribute: &'a str,
-    pub message: &'a str,
-    pub raw: &'a [u8],
-    pub truncated: bool,
 }
 
 pub fn encode_reject(r: &RejectRow<'_>, out: &mut Vec<u8>) {
@@ -210,12 +196,12 @@ pub fn encode_reject(r: &RejectRow<'_>, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::json::decode_export_line;
+    use crate::decode::json::put_line as decode_export_line;
 
     #[test]
     fn items_round_trip() {
         let line = r#"{"Item":{"PK":{"S":"a\"b"},"n":{"N":"-1.5"},"b":{"B":"3q2+7w=="},"t":{"BOOL":false},"z":{"NULL":true},"ss":{"SS":["x","y"]},"ns":{"NS":["1","2"]},"bs":{"BS":["AA=="]},"l":{"L":[{"M":{"k":{"L":[]}}}]}}}"#;
-        let item = decode_export_line(line).unwrap();
+        let item = decode_export_line(line);
         let mut buf = Vec::new();
         encode_item(&item, &mut buf);
         encode_item(&item, &mut buf);
@@ -232,7 +218,7 @@ mod tests {
 
     #[test]
     fn every_reason_round_trips() {
-        for reason in REASONS {
+        for reason in RejectReason::ALL {
             let row = RejectRow {
                 file: 3,
                 line: 99,

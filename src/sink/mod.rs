@@ -1,28 +1,127 @@
-//! Writing committed output: Parquet writer settings, the staged output folder and its atomic
-//! publication, and the run report.
+//! Where tables go: the [`Sink`] contract, Parquet part files ([`parquet`]), the staged local
+//! commit ([`local`]), the object-store commit with `run.json` last ([`object`]), and the run
+//! manifest every reader uses ([`manifest`]).
 //!
-//! Everything here knows Arrow and files and nothing of DynamoDB. Output is staged in a hidden
-//! folder beside the target and published with one atomic directory exchange, so readers see
-//! the previous complete output or the new one, never a mix.
+//! Everything here knows Arrow and files and nothing of DynamoDB. Readers see the previous
+//! complete output or the new one, never a mix: parts are staged, and one atomic step publishes
+//! them (a directory exchange locally, one PUT of `run.json` on an object store).
 
-pub mod report;
-pub mod s3;
-pub mod staging;
+pub mod local;
+pub mod manifest;
+pub mod object;
+pub mod parquet;
 
-use datafusion::parquet::basic::{Compression, ZstdLevel};
-use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+use std::path::{Path, PathBuf};
 
-/// zstd level for every Parquet file etl writes.
-pub const ZSTD_LEVEL: i32 = 1;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::errors::ParquetError;
 
-/// The one place that decides how Parquet files are written. Row groups are cut by the caller
-/// (one per flushed batch), so the writer's own row limit is only a backstop.
-pub fn writer_properties(max_row_group_rows: usize) -> WriterProperties {
-    WriterProperties::builder()
-        .set_writer_version(WriterVersion::PARQUET_1_0)
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).unwrap_or_default()))
-        .set_max_row_group_row_count(Some(max_row_group_rows.max(1)))
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .set_created_by(format!("etl {}", env!("CARGO_PKG_VERSION")))
-        .build()
+pub use manifest::{FileReport, ManifestError, RunManifest};
+pub use parquet::{PartWriter, RowGroups};
+
+use crate::aws::AwsOptions;
+use crate::schema::TableSchema;
+use crate::store::{StoreError, Target};
+
+/// Why output cannot be staged or published. Nothing was published when a sink returns one.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("`{path}` exists and is not an etl output (it has no `_etl/run.json`)")]
+    NotEtlOutput { path: String },
+    #[error("`{path}` exists and is not a folder")]
+    NotADirectory { path: String },
+    #[error("cannot {action} `{path}`: {source}")]
+    Io { action: &'static str, path: String, source: std::io::Error },
+    #[error("writing table `{table}`: {source}")]
+    Parquet { table: String, source: ParquetError },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("`{url}` holds objects but no `_etl/run.json`: it is not an etl output")]
+    NotEtlPrefix { url: String },
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+impl SinkError {
+    pub fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SinkError + 'a {
+        move |source| SinkError::Io { action, path: path.display().to_string(), source }
+    }
+
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            SinkError::NotEtlOutput { .. } => {
+                Some("choose another `--out`, or pass `--overwrite` to replace the folder's contents")
+            }
+            SinkError::NotADirectory { .. } => Some("`--out` names a folder that etl creates"),
+            SinkError::NotEtlPrefix { .. } => Some(
+                "choose an empty prefix, or pass `--overwrite` to write beside what is there (etl never deletes objects it did not write)",
+            ),
+            SinkError::Store(e) => Some(e.hint()),
+            _ => None,
+        }
+    }
+}
+
+/// What a commit published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The object-store run id, when the output went to an object store.
+    pub run_id: Option<String>,
+    /// Files uploaded (object stores).
+    pub files: usize,
+    /// Bytes uploaded (object stores).
+    pub bytes: u64,
+    /// Objects of older or crashed runs deleted after the commit (object stores).
+    pub deleted: usize,
+}
+
+/// The output side of a run.
+///
+/// Call order: [`open`] creates the sink and its staging area; [`Sink::part`] is then called any
+/// number of times, from any threads, and each [`PartWriter`] is closed; [`Sink::commit`] is
+/// called once, last, with the manifest that lists every part. An error from `part` or from a
+/// writer means the run must stop; an error from `commit` means nothing was published. A sink
+/// dropped without a commit removes everything it staged, and the previous output stays as it
+/// was.
+pub trait Sink: Send + Sync {
+    /// A folder for the run's own scratch files (spill, live-scan spool) on the same file
+    /// system as the staged output; never published.
+    fn scratch(&self) -> &Path;
+
+    /// Creates part `part` of `table` (named by [`parquet::part_path`]).
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError>;
+
+    /// Publishes every part with `manifest` and the schema contracts, atomically. Returns the
+    /// manifest as published (an object-store commit names files by run) and what it did.
+    fn commit(
+        self: Box<Self>,
+        manifest: RunManifest,
+        schemas: &[TableSchema],
+    ) -> Result<(RunManifest, Committed), SinkError>;
+}
+
+/// Settings of a sink.
+#[derive(Debug, Clone)]
+pub struct SinkSettings {
+    /// Replace a target that is not an etl output.
+    pub overwrite: bool,
+    pub row_group_rows: usize,
+    pub aws: AwsOptions,
+}
+
+/// Opens the sink for `target`: a staged folder beside a local target, or a local scratch
+/// folder for an object-store target.
+pub fn open(target: &Target, settings: &SinkSettings) -> Result<Box<dyn Sink>, SinkError> {
+    let props = parquet::writer_properties(settings.row_group_rows);
+    match target {
+        Target::Path(dir) => Ok(Box::new(local::LocalSink::create(dir, settings.overwrite, props)?)),
+        Target::Object(url) => {
+            Ok(Box::new(object::ObjectSink::create(url.clone(), settings.aws.clone(), settings.overwrite, props)?))
+        }
+    }
+}
+
+/// The scratch folder inside a staged output.
+pub(crate) fn scratch_dir(staged: &Path) -> PathBuf {
+    staged.join("_etl").join("tmp")
 }

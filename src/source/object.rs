@@ -1,4 +1,4 @@
-//! Inputs in S3 (`s3://bucket/prefix`), read through `object_store`.
+//! Inputs in object storage (`s3://bucket/prefix`, `memory://…`), read through `object_store`.
 //!
 //! Accepts the same forms as local paths: a prefix holding `AWSDynamoDB/`, an
 //! `AWSDynamoDB/<ExportId>/` prefix, a `manifest-summary.json` key, a prefix of bare data files,
@@ -20,9 +20,10 @@ use futures::StreamExt as _;
 use object_store::path::Path as ObjPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt as _};
 
-use super::{DataFile, Layout, Location, Plan, SourceError, Tree, resolve_export, sniff_bytes};
+use super::manifest::{Tree, resolve_export};
+use super::{DataFile, Input, Layout, Plan, SourceError, sniff_bytes};
 use crate::aws::AwsOptions;
-use crate::aws::s3::{self, S3Url, io_runtime};
+use crate::store::{self, ObjectUrl, StoreError, io_runtime};
 
 /// A data file in an object store.
 #[derive(Clone)]
@@ -44,56 +45,23 @@ impl PartialEq for ObjectRef {
 }
 impl Eq for ObjectRef {}
 
-/// A clear message for an object store error, with what is known about the cause.
+/// A clear error for a failed object-store call: a missing object is [`SourceError::NotFound`].
 pub fn describe_error(url: &str, e: &object_store::Error) -> SourceError {
     match e {
         object_store::Error::NotFound { .. } => SourceError::NotFound { path: url.to_owned() },
-        other => SourceError::Object { url: url.to_owned(), message: error_text(other) },
+        other => SourceError::Store(StoreError::object("read", url, other)),
     }
 }
 
-/// The error's text with its sources (object_store nests the HTTP cause), with an S3 XML error
-/// body shortened to its code and message.
-pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !text.contains(&t) {
-            text.push_str(": ");
-            text.push_str(&t);
-        }
-        src = s.source();
-    }
-    shorten_xml(&text)
-}
-
-fn shorten_xml(text: &str) -> String {
-    let Some(start) = text.find("<?xml").or_else(|| text.find("<Error>")) else { return text.to_owned() };
-    let tag = |name: &str| {
-        let open = format!("<{name}>");
-        let from = text[start..].find(&open)? + start + open.len();
-        let to = text[from..].find('<')? + from;
-        Some(text[from..to].to_owned())
-    };
-    let mut out = text[..start].trim_end().to_owned();
-    match (tag("Code"), tag("Message")) {
-        (Some(code), Some(message)) => out.push_str(&format!(" {code}: {message}")),
-        (Some(code), None) => out.push_str(&format!(" {code}")),
-        _ => {}
-    }
-    out
-}
-
-struct S3Tree {
+struct ObjTree {
     store: Arc<dyn ObjectStore>,
-    url: S3Url,
+    url: ObjectUrl,
     /// Sizes of objects under listed prefixes.
     sizes: RefCell<BTreeMap<String, u64>>,
     listed: RefCell<BTreeSet<String>>,
 }
 
-impl S3Tree {
+impl ObjTree {
     fn block<F: std::future::Future>(&self, f: F) -> F::Output {
         io_runtime().block_on(f)
     }
@@ -120,7 +88,7 @@ impl S3Tree {
     }
 }
 
-impl Tree for S3Tree {
+impl Tree for ObjTree {
     type P = String;
     fn join(&self, base: &String, rel: &str) -> String {
         if base.is_empty() { rel.to_owned() } else { format!("{}/{rel}", base.trim_end_matches('/')) }
@@ -155,22 +123,16 @@ impl Tree for S3Tree {
     fn display(&self, p: &String) -> String {
         self.url.url_of(p)
     }
-    fn location(&self, p: &String) -> Location {
-        Location::Object(ObjectRef { store: self.store.clone(), key: ObjPath::from(p.as_str()) })
+    fn input(&self, p: &String) -> Input {
+        Input::Object(ObjectRef { store: self.store.clone(), key: ObjPath::from(p.as_str()) })
     }
 }
 
-/// Resolves one `s3://` source into `plan`.
-pub fn resolve_s3(source: &str, aws: &AwsOptions, plan: &mut Plan) -> Result<(), SourceError> {
-    let url = match S3Url::parse(source) {
-        Some(Ok(u)) => u,
-        Some(Err(message)) => return Err(SourceError::BadUrl { url: source.to_owned(), message }),
-        None => return Err(SourceError::BadUrl { url: source.to_owned(), message: "not an `s3://` URL".into() }),
-    };
-    let store: Arc<dyn ObjectStore> = io_runtime()
-        .block_on(s3::store(&url.bucket, aws))
-        .map_err(|message| SourceError::Object { url: source.to_owned(), message })?;
-    let tree = S3Tree { store, url: url.clone(), sizes: Default::default(), listed: Default::default() };
+/// Resolves one object-store source into `plan`.
+pub fn resolve_object(url: &ObjectUrl, aws: &AwsOptions, plan: &mut Plan) -> Result<(), SourceError> {
+    let source = url.to_string();
+    let store = io_runtime().block_on(store::open(url, aws))?;
+    let tree = ObjTree { store, url: url.clone(), sizes: Default::default(), listed: Default::default() };
     let key = url.key.clone();
 
     // One object named exactly: a manifest summary or a data file.
@@ -190,7 +152,7 @@ pub fn resolve_s3(source: &str, aws: &AwsOptions, plan: &mut Plan) -> Result<(),
     }
     let objects = tree.list_all(&dir)?;
     if objects.is_empty() {
-        return Err(SourceError::NotFound { path: source.to_owned() });
+        return Err(SourceError::NotFound { path: source.clone() });
     }
     let aws_dir = format!("{dir}AWSDynamoDB/");
     let summaries: Vec<String> = objects
@@ -211,7 +173,7 @@ pub fn resolve_s3(source: &str, aws: &AwsOptions, plan: &mut Plan) -> Result<(),
                 .map(|s| format!("`{}`", tree.file_name(&tree.parent(s))))
                 .collect::<Vec<_>>()
                 .join(", ");
-            return Err(SourceError::SeveralExports { path: source.to_owned(), count: n, list });
+            return Err(SourceError::SeveralExports { path: source.clone(), count: n, list });
         }
     }
     let mut found = Vec::new();
@@ -228,7 +190,7 @@ pub fn resolve_s3(source: &str, aws: &AwsOptions, plan: &mut Plan) -> Result<(),
         }
     }
     if found.is_empty() {
-        return Err(SourceError::NoDataFiles { path: source.to_owned() });
+        return Err(SourceError::NoDataFiles { path: source.clone() });
     }
     found.sort();
     for (k, size) in found {
@@ -237,7 +199,7 @@ pub fn resolve_s3(source: &str, aws: &AwsOptions, plan: &mut Plan) -> Result<(),
     Ok(())
 }
 
-fn object_file(tree: &S3Tree, key: &str, size: u64) -> Result<DataFile, SourceError> {
+fn object_file(tree: &ObjTree, key: &str, size: u64) -> Result<DataFile, SourceError> {
     let key = key.to_owned();
     let display = tree.display(&key);
     let name = tree.file_name(&key);
@@ -255,7 +217,7 @@ fn object_file(tree: &S3Tree, key: &str, size: u64) -> Result<DataFile, SourceEr
             super::Sniff::Unknown(why) => SourceError::UnknownContent { path: display.clone(), why },
         })?
     };
-    Ok(DataFile { location: tree.location(&key), display, gzip, layout, size, expected: None })
+    Ok(DataFile { input: tree.input(&key), display, gzip, layout, size, expected: None })
 }
 
 /// How many chunks may wait between the fetching task and the decoder.
@@ -289,7 +251,7 @@ impl ObjectReader {
                 let result = match store.get_opts(&key, opts).await {
                     Ok(r) => r,
                     Err(e) => {
-                        let _ = tx.send(Err(std::io::Error::other(describe_error(&display, &e).to_string()))).await;
+                        let _ = tx.send(Err(std::io::Error::other(describe_error(&display, &e)))).await;
                         return;
                     }
                 };
@@ -315,7 +277,7 @@ impl ObjectReader {
                 match broken {
                     None => return,
                     Some(e) if resumes >= RESUMES => {
-                        let _ = tx.send(Err(std::io::Error::other(describe_error(&display, &e).to_string()))).await;
+                        let _ = tx.send(Err(std::io::Error::other(describe_error(&display, &e)))).await;
                         return;
                     }
                     Some(e) => {
@@ -343,21 +305,6 @@ impl Read for ObjectReader {
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current.split_to(n));
         Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn xml_errors_are_shortened() {
-        let t = "GET http://h/b?x - Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>1</RequestId></Error>";
-        assert_eq!(
-            shorten_xml(t),
-            "GET http://h/b?x - Server returned non-2xx status code: 404 Not Found: NoSuchBucket: The specified bucket does not exist"
-        );
-        assert_eq!(shorten_xml("plain"), "plain");
     }
 }
 

@@ -93,7 +93,7 @@ pub fn write_result(
             w.finish()?;
         }
         OutputFormat::Parquet => {
-            let props = crate::sink::writer_properties(1 << 20);
+            let props = crate::sink::parquet::writer_properties(1 << 20);
             let mut w =
                 datafusion::parquet::arrow::ArrowWriter::try_new(&mut *out, result.schema.clone(), Some(props))?;
             for b in batches {

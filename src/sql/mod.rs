@@ -20,15 +20,18 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use serde::Deserialize;
+
+use crate::sink::RunManifest;
+use crate::sink::manifest::RUN_MANIFEST;
+use crate::store::{self, ObjectUrl, StoreError, Target};
 
 /// Why a query could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SqlError {
     #[error("`{path}` is not a committed etl output (no readable `_etl/run.json`): {reason}")]
     NotAnOutput { path: String, reason: String },
-    #[error("`{url}`: {message}")]
-    Remote { url: String, message: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("{kind} is not allowed: `etl sql` is read-only by default")]
     Forbidden { kind: String },
     #[error("query failed: {0}")]
@@ -51,7 +54,7 @@ impl SqlError {
             SqlError::NotAnOutput { .. } => {
                 Some("point `--data` at a folder or `s3://` prefix written by `etl unwind --out`".into())
             }
-            SqlError::Remote { message, .. } => Some(crate::source::object_hint(message)),
+            SqlError::Store(e) => Some(e.hint().to_owned()),
             SqlError::Forbidden { .. } => {
                 Some("pass `--allow-write` to allow statements that change files, tables or settings".into())
             }
@@ -66,30 +69,21 @@ impl SqlError {
 }
 
 /// Settings of an SQL session.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SqlOptions {
-    pub data: String,
+    /// The committed output to read.
+    pub data: Target,
     pub allow_write: bool,
     pub memory_limit: Option<usize>,
     pub timeout: Option<Duration>,
     pub params: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
-struct RunJson {
-    tables: Vec<RunTable>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RunTable {
-    name: String,
-    rows: u64,
-    files: Vec<RunFile>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RunFile {
-    path: String,
+impl SqlOptions {
+    /// A read-only session over `data` without limits or parameters.
+    pub fn new(data: Target) -> SqlOptions {
+        SqlOptions { data, allow_write: false, memory_limit: None, timeout: None, params: Vec::new() }
+    }
 }
 
 /// A table of the output, as the run report lists it.
@@ -159,9 +153,10 @@ impl Session {
             .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
         let ctx = SessionContext::new_with_config_rt(config, runtime);
         let data = Data::open(&opts.data, aws, &ctx).await?;
-        let not_output = |reason: String| SqlError::NotAnOutput { path: opts.data.clone(), reason };
-        let text = data.read_run_json().await.map_err(not_output)?;
-        let run: RunJson = serde_json::from_str(&text).map_err(|e| not_output(e.to_string()))?;
+        let run = data
+            .read_manifest()
+            .await
+            .map_err(|reason| SqlError::NotAnOutput { path: opts.data.to_string(), reason })?;
         let mut tables = Vec::new();
         for t in run.tables {
             let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
@@ -181,7 +176,7 @@ impl Session {
             tables.push(TableInfo { name: t.name, rows: t.rows, files, schema });
         }
         let params = parse_params(&opts.params)?;
-        Ok(Session { ctx, tables, data_dir: opts.data.clone(), opts, params })
+        Ok(Session { ctx, tables, data_dir: opts.data.to_string(), opts, params })
     }
 
     pub fn tables(&self) -> &[TableInfo] {
@@ -277,7 +272,7 @@ impl Session {
                 let tw = types.iter().map(String::len).max().unwrap_or(4).max(4);
                 let _ = writeln!(s, "{:<w$}  {:<tw$}  {:<8}  dynamodb", "column", "type", "nullable");
                 for (f, ty) in t.schema.fields().iter().zip(&types) {
-                    let origin = f.metadata().get(crate::mapping::META_DYNAMODB_TYPE).cloned().unwrap_or_default();
+                    let origin = f.metadata().get(crate::schema::META_DYNAMODB_TYPE).cloned().unwrap_or_default();
                     let _ = writeln!(
                         s,
                         "{:<w$}  {:<tw$}  {:<8}  {origin}",
@@ -292,43 +287,37 @@ impl Session {
     }
 }
 
-/// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.
-/// Where an output lives: a local folder or an S3 prefix registered with the session.
+/// Where an output lives: a local folder or an object-store prefix registered with the session.
 enum Data {
     Local(PathBuf),
-    S3 { url: crate::aws::s3::S3Url, store: Arc<dyn object_store::ObjectStore> },
+    Object { url: ObjectUrl, store: Arc<dyn object_store::ObjectStore> },
 }
 
 impl Data {
-    async fn open(data: &str, aws: &crate::aws::AwsOptions, ctx: &SessionContext) -> Result<Data, SqlError> {
-        let Some(parsed) = crate::aws::s3::S3Url::parse(data) else {
-            if data.contains("://") {
-                return Err(SqlError::Remote {
-                    url: data.to_owned(),
-                    message: "only `s3://` URLs are supported".into(),
-                });
+    async fn open(data: &Target, aws: &crate::aws::AwsOptions, ctx: &SessionContext) -> Result<Data, SqlError> {
+        match data {
+            Target::Path(p) => Ok(Data::Local(p.clone())),
+            Target::Object(url) => {
+                let store = store::open(url, aws).await?;
+                let base = url::Url::parse(&url.bucket_url())
+                    .map_err(|e| SqlError::NotAnOutput { path: url.to_string(), reason: e.to_string() })?;
+                ctx.register_object_store(&base, store.clone());
+                Ok(Data::Object { url: url.clone(), store })
             }
-            return Ok(Data::Local(PathBuf::from(data)));
-        };
-        let url = parsed.map_err(|message| SqlError::Remote { url: data.to_owned(), message })?;
-        let store: Arc<dyn object_store::ObjectStore> = crate::aws::s3::store(&url.bucket, aws)
-            .await
-            .map_err(|message| SqlError::Remote { url: data.to_owned(), message })?;
-        let base = url::Url::parse(&format!("s3://{}", url.bucket))
-            .map_err(|e| SqlError::Remote { url: data.to_owned(), message: e.to_string() })?;
-        ctx.register_object_store(&base, store.clone());
-        Ok(Data::S3 { url, store })
+        }
     }
 
-    async fn read_run_json(&self) -> Result<String, String> {
+    /// The committed run manifest, with every listed file checked to stay inside the output.
+    async fn read_manifest(&self) -> Result<RunManifest, String> {
         match self {
-            Data::Local(dir) => std::fs::read_to_string(dir.join("_etl/run.json")).map_err(|e| e.to_string()),
-            Data::S3 { url, store } => {
+            Data::Local(dir) => RunManifest::read(dir).map_err(|e| e.to_string()),
+            Data::Object { url, store } => {
                 use object_store::ObjectStoreExt as _;
-                let key = object_store::path::Path::from(format!("{}_etl/run.json", url.dir_prefix()));
-                let get = async { store.get(&key).await?.bytes().await };
-                let bytes = get.await.map_err(|e| crate::source::object::error_text(&e))?;
-                String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())
+                let key = format!("{}{RUN_MANIFEST}", url.dir_prefix());
+                let path = object_store::path::Path::from(key.as_str());
+                let get = async { store.get(&path).await?.bytes().await };
+                let bytes = get.await.map_err(|e| store::error::error_text(&e))?;
+                RunManifest::parse(&url.url_of(&key), &bytes).map_err(|e| e.to_string())
             }
         }
     }
@@ -337,14 +326,24 @@ impl Data {
         match self {
             Data::Local(dir) => {
                 let f = dir.join(rel);
-                let abs = std::fs::canonicalize(&f).map_err(|source| SqlError::Io {
-                    action: "open",
-                    path: f.display().to_string(),
-                    source,
-                })?;
+                let canonical = |p: &std::path::Path| {
+                    std::fs::canonicalize(p).map_err(|source| SqlError::Io {
+                        action: "open",
+                        path: p.display().to_string(),
+                        source,
+                    })
+                };
+                let abs = canonical(&f)?;
+                // A link inside the output must not lead a table out of it.
+                if !abs.starts_with(canonical(dir)?) {
+                    return Err(SqlError::NotAnOutput {
+                        path: dir.display().to_string(),
+                        reason: format!("`{rel}` resolves to `{}`, outside the output", abs.display()),
+                    });
+                }
                 Ok(ListingTableUrl::parse(abs.to_string_lossy())?)
             }
-            Data::S3 { url, .. } => Ok(ListingTableUrl::parse(url.url_of(&format!("{}{rel}", url.dir_prefix())))?),
+            Data::Object { url, .. } => Ok(ListingTableUrl::parse(url.url_of(&format!("{}{rel}", url.dir_prefix())))?),
         }
     }
 
@@ -366,7 +365,7 @@ impl Data {
                 })?;
                 Ok(ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?.schema().clone())
             }
-            Data::S3 { url, store } => {
+            Data::Object { url, store } => {
                 let key = object_store::path::Path::from(format!("{}{rel}", url.dir_prefix()));
                 let reader = ParquetObjectReader::new(store.clone(), key);
                 Ok(ParquetRecordBatchStreamBuilder::new(reader).await.map_err(parquet)?.schema().clone())
@@ -375,6 +374,7 @@ impl Data {
     }
 }
 
+/// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.
 fn short_type(dt: &datafusion::arrow::datatypes::DataType) -> String {
     use datafusion::arrow::datatypes::DataType as D;
     match dt {

@@ -297,3 +297,83 @@ fn multi_member_gzip_checksum_side_files_and_another_type_attribute() {
     assert_eq!(count_rows(&out2.join("_untyped")), 3);
     assert_eq!(run_report(&out2)["reconciliation"]["untyped_items"], 3);
 }
+
+/// `etl unwind`, `etl mapping check` and `etl mapping infer` read through one framer: the lines
+/// unwind rejects before any mapping applies (bad JSON, over-long lines, a truncated gzip) are
+/// exactly the lines check counts as not valid items, and infer reads the same files to the end.
+#[test]
+fn every_command_sees_the_same_frames_and_rejects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut data = Vec::new();
+    for (i, (line, _)) in bad_lines().iter().enumerate() {
+        data.extend_from_slice(good(i).as_bytes());
+        data.push(b'\n');
+        data.extend_from_slice(line);
+        data.push(b'\n');
+    }
+    let bad = bad_lines().len() as u64;
+    let lines: String = (0..2000).map(|i| good(i) + "\n").collect();
+    let full = gzip(lines.as_bytes());
+    let truncated = full[..full.len() / 2].to_vec();
+    let export = write_export(tmp.path(), &[gzip(&data), truncated], &[2 * bad, 2000]);
+
+    let out = tmp.path().join("out");
+    unwind(&[&export], &out, &["--max-line-bytes", "1000000"], 0);
+    let report = run_report(&out);
+    let rejects = report["reconciliation"]["rejects"].as_u64().unwrap();
+    // Every bad line and the truncated file's last, unreadable line.
+    assert_eq!(rejects, bad + 1, "{}", report["rejects_by_reason"]);
+
+    let mapping = tmp.path().join("m.toml");
+    std::fs::write(&mapping, "[entity.User]\ntable = \"users\"\n").unwrap();
+    let check =
+        etl(["mapping".as_ref(), "check".as_ref(), "--mapping".as_ref(), mapping.as_os_str(), export.as_os_str()]);
+    assert_eq!(check.code, 1, "{}\n{}", check.stdout, check.stderr);
+    // `mapping check` reads with the default line cap (16 MiB): the 1.5 MB line fits there and
+    // is rejected as invalid JSON instead, so the count is the same.
+    assert!(check.stdout.contains(&format!("\n{rejects} lines are not valid items:")), "{}", check.stdout);
+    assert!(check.stderr.contains("corrupt or truncated"), "{}", check.stderr);
+    let users_read = report["inputs"].as_array().unwrap().iter().map(|i| i["items"].as_u64().unwrap()).sum::<u64>();
+    assert!(check.stdout.contains(&format!("\n{users_read} items checked")), "{}", check.stdout);
+
+    let infer = etl(["mapping".as_ref(), "infer".as_ref(), export.as_os_str()]);
+    assert_eq!(infer.code, 0, "{}", infer.stderr);
+    assert!(infer.stdout.contains("[entity.User]"), "{}", infer.stdout);
+    assert!(infer.stderr.contains("corrupt or truncated"), "{}", infer.stderr);
+}
+
+/// With several files and threads, a `--strict` failure found in one reader thread is what the
+/// run reports (exit 1, the file named), never the other readers' cancellation as a bug.
+#[test]
+fn strict_failures_in_reader_threads_are_policy_failures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut counts = Vec::new();
+    for f in 0..8 {
+        let mut text: String = (0..3000).map(|i| good(f * 10_000 + i) + "\n").collect();
+        if f == 5 {
+            text.push_str("{\"Item\":{\"PK\":{\"S\":\"x\"},\"n\":{\"N\":\"1.2.3\"}}}\n");
+        }
+        counts.push(if f == 5 { 3001 } else { 3000 });
+        files.push(gzip(text.as_bytes()));
+    }
+    let export = write_export(tmp.path(), &files, &counts);
+    for threads in ["2", "4", "8"] {
+        let out = tmp.path().join(format!("out{threads}"));
+        let run = unwind(&[&export], &out, &["--strict", "--threads", threads], 1);
+        assert!(run.stderr.contains("strict mode") && run.stderr.contains("file05"), "{}", run.stderr);
+        assert!(!run.stderr.contains("internal error") && !run.stderr.contains("bug in etl"), "{}", run.stderr);
+        assert!(!out.exists());
+    }
+    // The same with a checksum that does not verify, found after a whole file is read.
+    let clean: Vec<Vec<u8>> =
+        (0..8).map(|f| gzip((0..3000).map(|i| good(f * 10_000 + i) + "\n").collect::<String>().as_bytes())).collect();
+    let export = write_export(&tmp.path().join("md5"), &clean, &[3000; 8]);
+    let mf = export.join("manifest-files.json");
+    let text = std::fs::read_to_string(&mf).unwrap().replace(&md5_b64(&clean[3]), "AAAAAAAAAAAAAAAAAAAAAA==");
+    std::fs::write(&mf, &text).unwrap();
+    std::fs::write(export.join("manifest-files.md5"), md5_b64(text.as_bytes())).unwrap();
+    let run = unwind(&[&export], &tmp.path().join("o"), &["--strict", "--threads", "4"], 1);
+    assert!(run.stderr.contains("strict mode") && run.stderr.contains("file03"), "{}", run.stderr);
+    assert!(!run.stderr.contains("internal error"), "{}", run.stderr);
+}

@@ -111,7 +111,7 @@ fn sql_library_matches_slt_files() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let session = rt
         .block_on(etl::sql::Session::open(
-            etl::sql::SqlOptions { data: sample_out().to_string_lossy().into_owned(), ..Default::default() },
+            etl::sql::SqlOptions::new(etl::store::Target::Path(sample_out().to_owned())),
             &Default::default(),
         ))
         .unwrap();

@@ -14,14 +14,15 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
-use super::file::Mapping;
-use super::file::{
+use super::RejectReason;
+use crate::decode::{Item, Number, Value};
+use crate::mapping::file::Mapping;
+use crate::mapping::file::{
     ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, TimestampFormat,
     UnmappedPolicy,
 };
-use super::template::{KeyValue, TimeUnit};
-use super::{ColumnType, SetKind, StructField, TableSchema, TsUnit};
-use crate::decode::{Item, Number, RejectReason, Value};
+use crate::mapping::template::{KeyValue, TimeUnit};
+use crate::schema::{Column, ColumnType, SetKind, StructField, TableSchema, TsUnit};
 
 /// The column holding unmapped attributes as DynamoDB JSON.
 pub const EXTRA_COLUMN: &str = "_extra";
@@ -37,6 +38,11 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// The kind as the run report counts it.
+    pub fn label(self) -> &'static str {
+        self.reason().code()
+    }
+
     pub fn reason(self) -> RejectReason {
         match self {
             FailureKind::KeyTemplate => RejectReason::KeyTemplate,
@@ -674,7 +680,7 @@ fn local(naive: NaiveDateTime, tz: &str) -> Result<DateTime<FixedOffset>, String
 /// The output schema of an entity's table, exactly as the mapping declares it (plus `_extra`
 /// when unmapped attributes are kept).
 pub fn entity_schema(m: &EntityMapping) -> TableSchema {
-    let mut columns: Vec<super::Column> = m
+    let mut columns: Vec<Column> = m
         .columns
         .iter()
         .map(|c| {
@@ -722,8 +728,8 @@ pub fn child_schema(m: &EntityMapping, child: &ChildMapping) -> TableSchema {
     TableSchema { table: child.table.clone(), entity: Some(m.name.clone()), columns }
 }
 
-fn column(name: &str, ty: &DeclaredType, origin: String) -> super::Column {
-    super::Column {
+fn column(name: &str, ty: &DeclaredType, origin: String) -> Column {
+    Column {
         name: name.to_owned(),
         source: name.to_owned(),
         ty: column_type(ty),
@@ -799,7 +805,7 @@ pub fn column_type(ty: &DeclaredType) -> ColumnType {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::json::decode_export_line;
+    use crate::decode::json::put_line as decode_export_line;
     use crate::mapping::file::parse_str;
 
     const MAPPING: &str = r#"
@@ -838,7 +844,7 @@ columns = [
     fn key_prefix_routes_items_without_a_type_and_values_are_coerced() {
         let m = mapping();
         let line = r#"{"Item":{"PK":{"S":"EVT#2025-06-01#0042"},"SK":{"S":"AT#2025-06-01T12:00:00.250Z"},"local":{"S":"2025-06-01 14:00"},"amount":{"N":"12.5"},"ms":{"N":"1748779200250"},"props":{"M":{"a":{"N":"1"}}}}}"#;
-        let item = decode_export_line(line).unwrap();
+        let item = decode_export_line(line);
         assert_eq!(route(&m, &item), Route::Entity(0));
         let a = apply(&m.entities[0], &item, "Type").unwrap();
         assert_eq!(num(get(&a.row, "day")), "20240"); // days since 1970-01-01
@@ -856,7 +862,7 @@ columns = [
         let base = r#""PK":{"S":"EVT#2025-06-01#0042"},"SK":{"S":"AT#2025-06-01T12:00:00Z"}"#;
         let fails = |extra: &str| {
             let line = format!(r#"{{"Item":{{{base}{extra}}}}}"#);
-            let item = decode_export_line(&line).unwrap();
+            let item = decode_export_line(&line);
             apply(e, &item, "Type").unwrap_err()
         };
         let f = fails(r#","amount":{"N":"1000"}"#);
@@ -866,7 +872,7 @@ columns = [
         assert_eq!(f.kind, FailureKind::Coercion);
         let f = fails(r#","colour":{"S":"red"}"#);
         assert_eq!((f.kind, f.attribute.as_str()), (FailureKind::Unmapped, "colour"));
-        let item = decode_export_line(r#"{"Item":{"PK":{"S":"EVT#2025-06-01#42"},"SK":{"S":"AT#x"}}}"#).unwrap();
+        let item = decode_export_line(r#"{"Item":{"PK":{"S":"EVT#2025-06-01#42"},"SK":{"S":"AT#x"}}}"#);
         let f = apply(e, &item, "Type").unwrap_err();
         assert_eq!((f.kind, f.attribute.as_str()), (FailureKind::KeyTemplate, "PK"));
     }
@@ -874,9 +880,9 @@ columns = [
     #[test]
     fn unmatched_types_and_untyped_items() {
         let m = mapping();
-        let item = decode_export_line(r#"{"Item":{"PK":{"S":"X#1"},"Type":{"S":"Other"}}}"#).unwrap();
+        let item = decode_export_line(r#"{"Item":{"PK":{"S":"X#1"},"Type":{"S":"Other"}}}"#);
         assert_eq!(route(&m, &item), Route::Unmatched("Other"));
-        let item = decode_export_line(r#"{"Item":{"PK":{"S":"X#1"}}}"#).unwrap();
+        let item = decode_export_line(r#"{"Item":{"PK":{"S":"X#1"}}}"#);
         assert_eq!(route(&m, &item), Route::NoType);
     }
 
@@ -917,7 +923,7 @@ columns = [{ name = "sku", type = "string", required = true }, { name = "qty", t
         let text = ORDERS.replace("UNMAPPED", unmapped).replace("ON_ERROR", on_error);
         let m = parse_str(std::path::Path::new("t.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
         let line = r#"{"Item":{"PK":{"S":"ORDER#O1"},"lines":{"L":[{"M":{"sku":{"S":"A"},"qty":{"N":"2"},"note":{"S":"gift"}}},{"M":{"sku":{"S":"B"},"qty":{"N":"1.5"}}}]}}}"#;
-        let item = decode_export_line(line).unwrap();
+        let item = decode_export_line(line);
         match apply(&m.entities[0], &item, "Type") {
             Ok(a) => {
                 let rows = a

@@ -1,5 +1,4 @@
-//! S3 through `object_store`: URLs, the store for one bucket, credentials from `aws-config`, and
-//! the runtime that drives all object I/O.
+//! S3 through `object_store`: the store for one bucket, with credentials from `aws-config`.
 //!
 //! `object_store` is the client DataFusion already uses, so the S3 source, the S3 sink and
 //! `etl sql --data s3://` share one code path. Credentials are not resolved by `object_store`'s
@@ -10,71 +9,15 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_credential_types::provider::{ProvideCredentials as _, SharedCredentialsProvider};
 use object_store::aws::{AmazonS3, AmazonS3Builder, AwsCredential};
 use object_store::{BackoffConfig, ClientOptions, CredentialProvider, RetryConfig};
 
-use super::AwsOptions;
-
-/// `s3://bucket/key/prefix`, split.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct S3Url {
-    pub bucket: String,
-    /// The key or key prefix, without a leading `/`; may be empty.
-    pub key: String,
-}
-
-impl S3Url {
-    /// Parses `s3://bucket[/key]`; `None` when `s` is not an `s3://` URL.
-    pub fn parse(s: &str) -> Option<Result<S3Url, String>> {
-        let rest = s.strip_prefix("s3://")?;
-        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Some(Err(format!("`{s}` names no bucket")));
-        }
-        if key.split('/').any(|seg| seg == "." || seg == "..") {
-            return Some(Err(format!("`{s}` has a `.` or `..` segment")));
-        }
-        Some(Ok(S3Url { bucket: bucket.to_owned(), key: key.trim_start_matches('/').to_owned() }))
-    }
-
-    /// The key prefix as a folder: empty, or ending in `/`.
-    pub fn dir_prefix(&self) -> String {
-        let k = self.key.trim_end_matches('/');
-        if k.is_empty() { String::new() } else { format!("{k}/") }
-    }
-
-    /// `s3://bucket/<key>` for a key in this bucket.
-    pub fn url_of(&self, key: &str) -> String {
-        format!("s3://{}/{}", self.bucket, key)
-    }
-}
-
-impl fmt::Display for S3Url {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "s3://{}/{}", self.bucket, self.key)
-    }
-}
-
-/// The runtime for object I/O, shared by every S3 reader and writer of the process.
-///
-/// Object reads are driven here and handed to the CPU-bound decoder threads through bounded
-/// channels, so blocking code may call [`tokio::runtime::Runtime::block_on`] on it from any
-/// thread that is not itself inside a runtime.
-pub fn io_runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("etl-io")
-            .enable_all()
-            .build()
-            .expect("the I/O runtime starts") // only fails when the OS refuses threads
-    })
-}
+use super::StoreError;
+use crate::aws::AwsOptions;
 
 /// `aws-config`'s credential chain as an `object_store` credential provider.
 pub struct SdkCredentials(SharedCredentialsProvider);
@@ -96,9 +39,9 @@ impl CredentialProvider for SdkCredentials {
         Self: 'b,
     {
         Box::pin(async move {
-            let c = self.0.provide_credentials().await.map_err(|e| object_store::Error::Generic {
-                store: "S3",
-                source: format!("no AWS credentials: {}", credential_error_text(&e)).into(),
+            let c = self.0.provide_credentials().await.map_err(|e| object_store::Error::Unauthenticated {
+                path: String::new(),
+                source: Box::new(NoCredentials(credential_error_text(&e))),
             })?;
             Ok(Arc::new(AwsCredential {
                 key_id: c.access_key_id().to_owned(),
@@ -108,6 +51,11 @@ impl CredentialProvider for SdkCredentials {
         })
     }
 }
+
+/// The credential chain found no usable credentials (the text says why, never a secret).
+#[derive(Debug, thiserror::Error)]
+#[error("no AWS credentials: {0}")]
+pub struct NoCredentials(pub String);
 
 /// The error's own text and its sources', never the credentials.
 fn credential_error_text(e: &aws_credential_types::provider::error::CredentialsError) -> String {
@@ -137,7 +85,7 @@ fn retry_config() -> RetryConfig {
 }
 
 /// A store for `bucket` with the options' region, endpoint and credentials.
-pub async fn store(bucket: &str, opts: &AwsOptions) -> Result<Arc<AmazonS3>, String> {
+pub async fn store(bucket: &str, opts: &AwsOptions) -> Result<Arc<AmazonS3>, StoreError> {
     let sdk = opts.sdk_config().await;
     let region = sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".to_owned());
     let mut b = AmazonS3Builder::new()
@@ -154,21 +102,5 @@ pub async fn store(bucket: &str, opts: &AwsOptions) -> Result<Arc<AmazonS3>, Str
         Some(p) => b = b.with_credentials(Arc::new(SdkCredentials(p))),
         None => b = b.with_skip_signature(true),
     }
-    b.build().map(Arc::new).map_err(|e| e.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls() {
-        let u = S3Url::parse("s3://b/exports/shop/").unwrap().unwrap();
-        assert_eq!((u.bucket.as_str(), u.key.as_str()), ("b", "exports/shop/"));
-        assert_eq!(u.dir_prefix(), "exports/shop/");
-        assert_eq!(S3Url::parse("s3://b").unwrap().unwrap().dir_prefix(), "");
-        assert!(S3Url::parse("s3:///x").unwrap().is_err());
-        assert!(S3Url::parse("s3://b/a/../c").unwrap().is_err());
-        assert!(S3Url::parse("/local/path").is_none());
-    }
+    b.build().map(Arc::new).map_err(|e| StoreError::object("connect to", &format!("s3://{bucket}"), &e))
 }

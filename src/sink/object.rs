@@ -1,4 +1,4 @@
-//! Publishing a finished output to S3 (`--out s3://bucket/prefix`).
+//! The object-store commit (`--out s3://bucket/prefix`, or `memory://…`).
 //!
 //! S3 has no atomic folder rename, so the commit record is the run report itself:
 //!
@@ -17,49 +17,111 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::file::properties::WriterProperties;
 use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
-use serde_json::Value;
 
+use super::local::LocalSink;
+use super::manifest::{RUN_MANIFEST, RunManifest};
+use super::{Committed, PartWriter, Sink, SinkError};
 use crate::aws::AwsOptions;
-use crate::aws::s3::{self, S3Url, io_runtime};
-use crate::source::object::error_text;
+use crate::schema::TableSchema;
+use crate::store::{self, ObjectUrl, StoreError, io_runtime};
 
 /// Uploads in flight at once.
 const CONCURRENT_UPLOADS: usize = 4;
 /// Files larger than this are sent as multipart uploads.
 const MULTIPART_BYTES: u64 = 16 * 1024 * 1024;
 
-#[derive(Debug, thiserror::Error)]
-pub enum PublishError {
-    #[error("cannot {action} `{url}`: {message}")]
-    Object { action: &'static str, url: String, message: String },
-    #[error("`{url}` holds objects but no `_etl/run.json`: it is not an etl output")]
-    NotEtlOutput { url: String },
-    #[error("`{path}`: {message}")]
-    Local { path: String, message: String },
+/// The sink for an object-store `--out`: the run is built and checked in a local scratch folder
+/// (under the system temp folder, removed however the run ends), then published.
+pub struct ObjectSink {
+    local: LocalSink,
+    url: ObjectUrl,
+    aws: AwsOptions,
+    overwrite: bool,
+    root: ScratchRoot,
 }
 
-impl PublishError {
-    pub fn hint(&self) -> Option<String> {
-        match self {
-            PublishError::Object { message, .. } => Some(crate::source::object_hint(message)),
-            PublishError::NotEtlOutput { .. } => Some(
-                "choose an empty prefix, or pass `--overwrite` to write beside what is there (etl never deletes objects it did not write)".into(),
-            ),
-            PublishError::Local { .. } => None,
+/// The scratch root of an object-store run, removed however the run ends.
+struct ScratchRoot(PathBuf);
+
+impl Drop for ScratchRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const SCRATCH_PREFIX: &str = "etl-out-";
+
+impl ObjectSink {
+    pub fn create(
+        url: ObjectUrl,
+        aws: AwsOptions,
+        overwrite: bool,
+        props: WriterProperties,
+    ) -> Result<ObjectSink, SinkError> {
+        let root = ScratchRoot(scratch_root());
+        let local = LocalSink::create(&root.0.join("out"), false, props)?;
+        Ok(ObjectSink { local, url, aws, overwrite, root })
+    }
+}
+
+impl Sink for ObjectSink {
+    fn scratch(&self) -> &Path {
+        self.local.scratch()
+    }
+
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
+        self.local.part(table, part, schema)
+    }
+
+    fn commit(
+        self: Box<Self>,
+        manifest: RunManifest,
+        schemas: &[TableSchema],
+    ) -> Result<(RunManifest, Committed), SinkError> {
+        let ObjectSink { local, url, aws, overwrite, root } = *self;
+        let staging = local.finish(&manifest, schemas)?;
+        let result = io_runtime().block_on(publish(staging.path(), manifest, &url, &aws, overwrite));
+        drop(staging);
+        drop(root);
+        let p = result?;
+        tracing::info!(run_id = %p.run_id, files = p.files, bytes = p.bytes, deleted = p.deleted, "published");
+        Ok((p.manifest, Committed { run_id: Some(p.run_id), files: p.files, bytes: p.bytes, deleted: p.deleted }))
+    }
+}
+
+/// A fresh scratch root under the system temp folder; removes those of dead processes.
+fn scratch_root() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    if let Ok(entries) = std::fs::read_dir(&tmp) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid =
+                name.strip_prefix(SCRATCH_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && pid != std::process::id()
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
         }
     }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    tmp.join(format!("{SCRATCH_PREFIX}{}-{nanos}", std::process::id()))
 }
 
 /// What a publish did.
 #[derive(Debug, Clone)]
-pub struct Published {
-    pub run_id: String,
-    pub files: usize,
-    pub bytes: u64,
-    pub deleted: usize,
+struct Published {
+    manifest: RunManifest,
+    run_id: String,
+    files: usize,
+    bytes: u64,
+    deleted: usize,
 }
 
 /// A run id: UTC time to the millisecond, then the process id and a few clock bits, so ids
@@ -78,35 +140,28 @@ fn run_id_of_data_file(name: &str) -> Option<&str> {
     (digits.len() == 5 && digits.bytes().all(|b| b.is_ascii_digit()) && id.len() > 16 && id.contains('T')).then_some(id)
 }
 
-fn obj_err(action: &'static str, url: &S3Url, key: &str) -> impl FnOnce(object_store::Error) -> PublishError {
+fn obj_err(action: &'static str, url: &ObjectUrl, key: &str) -> impl FnOnce(object_store::Error) -> SinkError {
     let url = url.url_of(key);
-    move |e| PublishError::Object { action, url, message: error_text(&e) }
+    move |e| SinkError::Store(StoreError::object(action, &url, &e))
 }
 
 /// Uploads the finished output in `local` to `url`; `_etl/run.json` last.
-pub fn publish(local: &Path, url: &S3Url, aws: &AwsOptions, overwrite: bool) -> Result<Published, PublishError> {
-    io_runtime().block_on(publish_async(local, url, aws, overwrite))
-}
-
-async fn publish_async(
+async fn publish(
     local: &Path,
-    url: &S3Url,
+    mut report: RunManifest,
+    url: &ObjectUrl,
     aws: &AwsOptions,
     overwrite: bool,
-) -> Result<Published, PublishError> {
-    let store: Arc<dyn ObjectStore> = s3::store(&url.bucket, aws).await.map_err(|message| PublishError::Object {
-        action: "connect to",
-        url: url.to_string(),
-        message,
-    })?;
+) -> Result<Published, SinkError> {
+    let store: Arc<dyn ObjectStore> = store::open(url, aws).await?;
     let prefix = url.dir_prefix();
-    let run_key = format!("{prefix}_etl/run.json");
+    let run_key = format!("{prefix}{RUN_MANIFEST}");
 
     // The run being replaced, if any.
-    let previous: Option<Value> = match store.get(&ObjPath::from(run_key.as_str())).await {
+    let previous: Option<RunManifest> = match store.get(&ObjPath::from(run_key.as_str())).await {
         Ok(r) => {
             let bytes = r.bytes().await.map_err(obj_err("read", url, &run_key))?;
-            serde_json::from_slice(&bytes).ok()
+            RunManifest::parse(&url.url_of(&run_key), &bytes).ok()
         }
         Err(object_store::Error::NotFound { .. }) => {
             if !overwrite {
@@ -114,37 +169,27 @@ async fn publish_async(
                 let mut listing = store.list(Some(&p));
                 if let Some(first) = listing.next().await {
                     first.map_err(obj_err("list", url, &prefix))?;
-                    return Err(PublishError::NotEtlOutput { url: url.to_string() });
+                    return Err(SinkError::NotEtlPrefix { url: url.to_string() });
                 }
             }
             None
         }
         Err(e) => return Err(obj_err("read", url, &run_key)(e)),
     };
-    let previous_id = previous.as_ref().and_then(|v| v.get("run_id")).and_then(Value::as_str).map(str::to_owned);
+    let previous_id = previous.and_then(|m| m.run_id);
 
-    let local_err = |p: &Path| {
-        let path = p.display().to_string();
-        move |e: std::io::Error| PublishError::Local { path, message: e.to_string() }
-    };
-    let run_path = local.join("_etl/run.json");
-    let mut report: Value = serde_json::from_slice(&std::fs::read(&run_path).map_err(local_err(&run_path))?)
-        .map_err(|e| PublishError::Local { path: run_path.display().to_string(), message: e.to_string() })?;
     let run_id = new_run_id();
 
     // Data files: renamed with the run id, uploaded concurrently.
     let mut uploads: Vec<(PathBuf, String)> = Vec::new();
-    if let Some(tables) = report.get_mut("tables").and_then(Value::as_array_mut) {
-        for t in tables {
-            for f in t.get_mut("files").and_then(Value::as_array_mut).into_iter().flatten() {
-                let Some(rel) = f.get("path").and_then(Value::as_str).map(str::to_owned) else { continue };
-                let renamed = match rel.strip_suffix(".parquet") {
-                    Some(stem) => format!("{stem}-{run_id}.parquet"),
-                    None => format!("{rel}-{run_id}"),
-                };
-                uploads.push((local.join(&rel), format!("{prefix}{renamed}")));
-                f["path"] = Value::String(renamed);
-            }
+    for t in &mut report.tables {
+        for f in &mut t.files {
+            let renamed = match f.path.strip_suffix(".parquet") {
+                Some(stem) => format!("{stem}-{run_id}.parquet"),
+                None => format!("{}-{run_id}", f.path),
+            };
+            uploads.push((local.join(&f.path), format!("{prefix}{renamed}")));
+            f.path = renamed;
         }
     }
     let schema_dir = local.join("_etl/schema");
@@ -167,12 +212,10 @@ async fn publish_async(
     .await?;
 
     // The commit record: a copy under the run, then `_etl/run.json`, last.
-    if let Some(o) = report.as_object_mut() {
-        o.insert("run_id".into(), Value::String(run_id.clone()));
-        o.insert("published_to".into(), Value::String(url.to_string()));
-        o.insert("replaces_run_id".into(), previous_id.clone().map(Value::String).unwrap_or(Value::Null));
-    }
-    let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
+    report.run_id = Some(run_id.clone());
+    report.published_to = Some(url.to_string());
+    report.replaces_run_id = Some(previous_id.clone());
+    let text = report.to_bytes();
     let copy = format!("{prefix}_etl/runs/{run_id}/run.json");
     store
         .put(&ObjPath::from(copy.as_str()), PutPayload::from(text.clone()))
@@ -191,12 +234,11 @@ async fn publish_async(
     }
 
     let deleted = cleanup(&store, url, &prefix, &run_id, previous_id.as_deref()).await?;
-    Ok(Published { run_id, files, bytes, deleted })
+    Ok(Published { manifest: report, run_id, files, bytes, deleted })
 }
 
-async fn upload(store: &Arc<dyn ObjectStore>, path: &Path, key: &str, url: &S3Url) -> Result<(), PublishError> {
-    let local_err =
-        |e: std::io::Error| PublishError::Local { path: path.display().to_string(), message: e.to_string() };
+async fn upload(store: &Arc<dyn ObjectStore>, path: &Path, key: &str, url: &ObjectUrl) -> Result<(), SinkError> {
+    let local_err = |e: std::io::Error| SinkError::Io { action: "read", path: path.display().to_string(), source: e };
     let size = tokio::fs::metadata(path).await.map_err(local_err)?.len();
     let target = ObjPath::from(key);
     if size <= MULTIPART_BYTES {
@@ -214,17 +256,17 @@ async fn upload(store: &Arc<dyn ObjectStore>, path: &Path, key: &str, url: &S3Ur
             Err(e)
         }
     };
-    done.map_err(|e| PublishError::Object { action: "write", url: url.url_of(key), message: e.to_string() })
+    done.map_err(|e| SinkError::Io { action: "upload", path: url.url_of(key), source: e })
 }
 
 /// Deletes etl-named objects of runs other than `current` and `previous`.
 async fn cleanup(
     store: &Arc<dyn ObjectStore>,
-    url: &S3Url,
+    url: &ObjectUrl,
     prefix: &str,
     current: &str,
     previous: Option<&str>,
-) -> Result<usize, PublishError> {
+) -> Result<usize, SinkError> {
     let p = ObjPath::from(prefix);
     let keep = |id: &str| id == current || Some(id) == previous;
     let runs_prefix = format!("{prefix}_etl/runs/");

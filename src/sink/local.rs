@@ -1,4 +1,4 @@
-//! The staged output folder and its atomic publication.
+//! The local commit: a staged output folder published with one atomic directory exchange.
 //!
 //! A run writes into `.<name>.etl-staging-<pid>-<nanos>` beside the target. Commit swaps the
 //! staging folder with the target in one `renameat2(RENAME_EXCHANGE)` (or a plain rename when
@@ -10,31 +10,58 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Why output cannot be staged or published.
-#[derive(Debug, thiserror::Error)]
-pub enum StagingError {
-    #[error("`{path}` exists and is not an etl output (it has no `_etl/run.json`)")]
-    NotEtlOutput { path: String },
-    #[error("`{path}` exists and is not a folder")]
-    NotADirectory { path: String },
-    #[error("cannot {action} `{path}`: {source}")]
-    Io { action: &'static str, path: String, source: io::Error },
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::file::properties::WriterProperties;
+
+use super::{Committed, PartWriter, RunManifest, Sink, SinkError};
+use crate::schema::TableSchema;
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SinkError + 'a {
+    SinkError::io(action, path)
 }
 
-impl StagingError {
-    pub fn hint(&self) -> Option<&'static str> {
-        match self {
-            StagingError::NotEtlOutput { .. } => {
-                Some("choose another `--out`, or pass `--overwrite` to replace the folder's contents")
-            }
-            StagingError::NotADirectory { .. } => Some("`--out` names a folder that etl creates"),
-            StagingError::Io { .. } => None,
-        }
+/// The sink for a local `--out` folder.
+pub struct LocalSink {
+    staging: Staging,
+    scratch: PathBuf,
+    props: WriterProperties,
+}
+
+impl LocalSink {
+    pub fn create(target: &Path, overwrite: bool, props: WriterProperties) -> Result<LocalSink, SinkError> {
+        let staging = Staging::create(target, overwrite)?;
+        let scratch = super::scratch_dir(staging.path());
+        fs::create_dir_all(&scratch).map_err(io("create", &scratch))?;
+        Ok(LocalSink { staging, scratch, props })
+    }
+
+    /// Writes the manifest and schemas into the staged folder, with the scratch folder removed:
+    /// the folder is then exactly the output to publish.
+    pub(crate) fn finish(self, manifest: &RunManifest, schemas: &[TableSchema]) -> Result<Staging, SinkError> {
+        fs::remove_dir_all(&self.scratch).map_err(io("remove", &self.scratch))?;
+        super::manifest::write(self.staging.path(), manifest, schemas)
+            .map_err(io("write the run manifest in", self.staging.path()))?;
+        Ok(self.staging)
     }
 }
 
-fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StagingError + 'a {
-    move |source| StagingError::Io { action, path: path.display().to_string(), source }
+impl Sink for LocalSink {
+    fn scratch(&self) -> &Path {
+        &self.scratch
+    }
+
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
+        PartWriter::create(self.staging.path(), table, part, schema, &self.props)
+    }
+
+    fn commit(
+        self: Box<Self>,
+        manifest: RunManifest,
+        schemas: &[TableSchema],
+    ) -> Result<(RunManifest, Committed), SinkError> {
+        self.finish(&manifest, schemas)?.commit()?;
+        Ok((manifest, Committed { run_id: None, files: 0, bytes: 0, deleted: 0 }))
+    }
 }
 
 /// A staging folder; removed on drop unless committed.
@@ -46,18 +73,18 @@ pub struct Staging {
 }
 
 /// Marks a folder as etl output.
-pub const RUN_REPORT: &str = "_etl/run.json";
+pub const RUN_REPORT: &str = super::manifest::RUN_MANIFEST;
 
 impl Staging {
     /// Checks the target and creates a fresh staging folder beside it.
-    pub fn create(target: &Path, overwrite: bool) -> Result<Staging, StagingError> {
+    pub fn create(target: &Path, overwrite: bool) -> Result<Staging, SinkError> {
         match fs::symlink_metadata(target) {
-            Ok(m) if !m.is_dir() => return Err(StagingError::NotADirectory { path: target.display().to_string() }),
+            Ok(m) if !m.is_dir() => return Err(SinkError::NotADirectory { path: target.display().to_string() }),
             Ok(_) => {
                 let is_etl = target.join(RUN_REPORT).is_file();
                 let empty = fs::read_dir(target).map_err(io("read", target))?.next().is_none();
                 if !is_etl && !empty && !overwrite {
-                    return Err(StagingError::NotEtlOutput { path: target.display().to_string() });
+                    return Err(SinkError::NotEtlOutput { path: target.display().to_string() });
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -79,7 +106,7 @@ impl Staging {
     }
 
     /// Publishes the staged folder as the target.
-    pub fn commit(mut self) -> Result<(), StagingError> {
+    pub fn commit(mut self) -> Result<(), SinkError> {
         sync_tree(&self.dir)?;
         let parent = parent_of(&self.target);
         if fs::symlink_metadata(&self.target).is_ok() {
@@ -163,12 +190,12 @@ fn exchange_fallback(staged: &Path, target: &Path) -> io::Result<()> {
     fs::rename(&old, staged)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StagingError> {
+fn sync_dir(dir: &Path) -> Result<(), SinkError> {
     fs::File::open(dir).and_then(|f| f.sync_all()).map_err(io("sync", dir))
 }
 
 /// Flushes every file and folder of the staged tree to disk before it is published.
-fn sync_tree(dir: &Path) -> Result<(), StagingError> {
+fn sync_tree(dir: &Path) -> Result<(), SinkError> {
     for e in fs::read_dir(dir).map_err(io("read", dir))? {
         let e = e.map_err(io("read", dir))?;
         let p = e.path();
@@ -212,7 +239,7 @@ mod tests {
         let other = tmp.path().join("other");
         fs::create_dir(&other).unwrap();
         fs::write(other.join("precious.txt"), "x").unwrap();
-        assert!(matches!(Staging::create(&other, false), Err(StagingError::NotEtlOutput { .. })));
+        assert!(matches!(Staging::create(&other, false), Err(SinkError::NotEtlOutput { .. })));
         assert!(Staging::create(&other, true).is_ok());
     }
 

@@ -1,0 +1,392 @@
+//! Pass one: every data file framed, decoded and normalized; rows of inferred tables folded into
+//! their entity's shape; every row and reject spilled in compact chunks for pass two.
+//!
+//! Workers take whole files in plan order. Chunks are cut per (file, table) at a fixed size, so
+//! their contents never depend on scheduling, and pass two reads them back in (file, sequence)
+//! order: output is identical whatever the thread count.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tracing::{info, info_span};
+
+use super::pool::{self, Stop};
+use super::progress::Progress;
+use super::spill;
+use super::walk::{Unit, corrupt_warning, unit};
+use super::{UnwindError, UnwindSettings};
+use crate::decode::{Item, Record};
+use crate::mapping::file::Mapping;
+use crate::mapping::infer::EntityShape;
+use crate::normalize::{EntityStats, MappedTables, Normalized, Normalizer, Reject, RejectReason, RejectRow, TableId};
+use crate::source::frame::{FileDigest, Frame, Framer};
+use crate::source::{DataFile, Plan};
+
+/// Spill chunks are cut at this size.
+const CHUNK_BYTES: usize = 1024 * 1024;
+/// Progress counters and the stop flag are looked at once per this many units.
+const CHECK_EVERY: u64 = 4096;
+
+/// A run of spilled rows of one table from one input file.
+#[derive(Debug, Clone)]
+pub struct ChunkRef {
+    pub table: TableId,
+    pub file: u32,
+    pub seq: u32,
+    pub worker: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
+#[derive(Default)]
+struct ChunkBuf {
+    bytes: Vec<u8>,
+    seq: u32,
+}
+
+/// What one file gave.
+#[derive(Debug, Clone, Default)]
+pub struct FileStats {
+    pub digest: FileDigest,
+    pub rejects: u64,
+}
+
+/// Everything pass one learned.
+pub struct ReadResult {
+    /// Per mapping entity, in mapping order.
+    pub entity_stats: Vec<EntityStats>,
+    /// Per plan file.
+    pub files: Vec<FileStats>,
+    pub shapes: BTreeMap<Arc<str>, EntityShape>,
+    pub untyped: Option<EntityShape>,
+    pub chunks: Vec<ChunkRef>,
+    /// Per worker, its spill file.
+    pub spills: Vec<PathBuf>,
+    pub reject_counts: BTreeMap<RejectReason, u64>,
+    pub warnings: Vec<String>,
+}
+
+/// An inferred table's state in one worker.
+#[derive(Default)]
+struct Inferred {
+    shape: EntityShape,
+    buf: ChunkBuf,
+}
+
+impl Inferred {
+    /// Observes and spills one item; `true` when the chunk is full.
+    fn add(&mut self, item: &Item<'_>, file: u32, line: u64) -> bool {
+        self.shape.observe(item, file, line);
+        spill::encode_item(item, &mut self.buf.bytes);
+        self.buf.bytes.len() >= CHUNK_BYTES
+    }
+}
+
+/// One worker's state: its spill file, the shapes it inferred, its finished chunks.
+struct Worker<'a> {
+    worker: usize,
+    settings: &'a UnwindSettings,
+    normalizer: Normalizer<'a>,
+    spill: BufWriter<File>,
+    spill_path: PathBuf,
+    spill_pos: u64,
+    chunks: Vec<ChunkRef>,
+    entities: HashMap<Arc<str>, Inferred>,
+    untyped: Inferred,
+    mapped: Vec<ChunkBuf>,
+    rejects: ChunkBuf,
+    reject_counts: BTreeMap<RejectReason, u64>,
+    files: Vec<(usize, FileStats)>,
+    warnings: Vec<String>,
+    // The file being read.
+    file: u32,
+    file_rejects: u64,
+}
+
+fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> UnwindError + 'p {
+    move |source| UnwindError::Io { action, path: path.display().to_string(), source }
+}
+
+impl<'a> Worker<'a> {
+    fn new(
+        worker: usize,
+        settings: &'a UnwindSettings,
+        mapped: Option<(&'a Mapping, &'a MappedTables)>,
+        scratch: &Path,
+    ) -> Result<Self, UnwindError> {
+        let spill_path = scratch.join(format!("spill-{worker}.bin"));
+        let f = File::create(&spill_path).map_err(io_err("create", &spill_path))?;
+        let tables = mapped.map_or(0, |(_, t)| t.tables.len());
+        Ok(Worker {
+            worker,
+            settings,
+            normalizer: Normalizer::new(&settings.type_attribute, mapped),
+            spill: BufWriter::with_capacity(1 << 20, f),
+            spill_path,
+            spill_pos: 0,
+            chunks: Vec::new(),
+            entities: HashMap::new(),
+            untyped: Inferred::default(),
+            mapped: (0..tables).map(|_| ChunkBuf::default()).collect(),
+            rejects: ChunkBuf::default(),
+            reject_counts: BTreeMap::new(),
+            files: Vec::new(),
+            warnings: Vec::new(),
+            file: 0,
+            file_rejects: 0,
+        })
+    }
+
+    fn write_chunk(&mut self, table: TableId, buf: &mut ChunkBuf) -> Result<(), UnwindError> {
+        if buf.bytes.is_empty() {
+            return Ok(());
+        }
+        self.spill.write_all(&buf.bytes).map_err(io_err("write", &self.spill_path))?;
+        self.chunks.push(ChunkRef {
+            table,
+            file: self.file,
+            seq: buf.seq,
+            worker: self.worker,
+            offset: self.spill_pos,
+            len: buf.bytes.len() as u64,
+        });
+        self.spill_pos += buf.bytes.len() as u64;
+        buf.bytes.clear();
+        buf.seq += 1;
+        Ok(())
+    }
+
+    /// Reads one data file.
+    fn read_file(&mut self, index: usize, f: &DataFile, progress: &Progress, stop: &Stop) -> Result<(), UnwindError> {
+        let _span = info_span!("file", path = %f.display).entered();
+        self.file = index as u32;
+        self.file_rejects = 0;
+        let max_line = self.settings.max_line_bytes;
+        let mut framer = Framer::open(f, max_line, progress.bytes.clone())?;
+        let format = framer.format();
+        let mut pending = 0u64;
+        while let Some(frame) = framer.next_frame() {
+            if let Frame::Corrupt { line, error, .. } = &frame {
+                self.warnings.push(corrupt_warning(&f.display, *line, error));
+            }
+            match unit(format, frame, max_line) {
+                Unit::Record { record, line, offset, raw } => self.record(&record, line, offset, raw, f)?,
+                Unit::Reject { reject, line, offset, raw, truncated } => {
+                    self.reject(&reject, line, offset, raw, truncated, f)?;
+                }
+            }
+            pending += 1;
+            if pending == CHECK_EVERY {
+                progress.items.fetch_add(pending, Ordering::Relaxed);
+                pending = 0;
+                stop.check::<UnwindError>()?;
+            }
+        }
+        progress.items.fetch_add(pending, Ordering::Relaxed);
+        let digest = framer.finish(&f.display)?;
+        self.end_file()?;
+        self.warnings.extend(digest.warnings.iter().cloned());
+        let stats = FileStats { digest, rejects: self.file_rejects };
+        progress.rejects.store(self.reject_counts.values().sum(), Ordering::Relaxed);
+        if self.settings.strict {
+            strict_file_check(f, &stats.digest)?;
+        }
+        info!(items = stats.digest.units, rejects = stats.rejects, "file read");
+        self.files.push((index, stats));
+        Ok(())
+    }
+
+    fn record(
+        &mut self,
+        record: &Record<'_>,
+        line: u64,
+        offset: u64,
+        raw: &[u8],
+        f: &DataFile,
+    ) -> Result<(), UnwindError> {
+        match self.normalizer.normalize(record) {
+            Normalized::Inferred { entity: Some(name), item } => {
+                let file = self.file;
+                let full = match self.entities.get_mut(name) {
+                    Some(state) => state.add(item, file, line),
+                    None => {
+                        let mut state = Inferred::default();
+                        let full = state.add(item, file, line);
+                        self.entities.insert(Arc::from(name), state);
+                        full
+                    }
+                };
+                if full && let Some(key) = self.entities.get_key_value(name).map(|(k, _)| k.clone()) {
+                    let mut b = self.entities.get_mut(name).map(|s| std::mem::take(&mut s.buf)).unwrap_or_default();
+                    self.write_chunk(TableId::Entity(key), &mut b)?;
+                    if let Some(s) = self.entities.get_mut(name) {
+                        s.buf = b;
+                    }
+                }
+            }
+            Normalized::Inferred { entity: None, item } => {
+                if self.untyped.add(item, self.file, line) {
+                    let mut b = std::mem::take(&mut self.untyped.buf);
+                    self.write_chunk(TableId::Untyped, &mut b)?;
+                    self.untyped.buf = b;
+                }
+            }
+            Normalized::Mapped { rows } => {
+                for (table, row) in &rows {
+                    self.spill_mapped(*table, row)?;
+                }
+            }
+            Normalized::Rejected(reject) => self.reject(&reject, line, offset, raw, false, f)?,
+        }
+        Ok(())
+    }
+
+    fn spill_mapped(&mut self, table: u32, row: &Item<'_>) -> Result<(), UnwindError> {
+        let Some(buf) = self.mapped.get_mut(table as usize) else {
+            return Err(UnwindError::Internal { message: format!("mapped table {table} does not exist") });
+        };
+        spill::encode_item(row, &mut buf.bytes);
+        if buf.bytes.len() >= CHUNK_BYTES {
+            let mut b = std::mem::take(buf);
+            self.write_chunk(TableId::Mapped(table), &mut b)?;
+            self.mapped[table as usize] = b;
+        }
+        Ok(())
+    }
+
+    fn reject(
+        &mut self,
+        r: &Reject,
+        line: u64,
+        offset: u64,
+        raw: &[u8],
+        truncated: bool,
+        f: &DataFile,
+    ) -> Result<(), UnwindError> {
+        if self.settings.strict {
+            let at = if r.attribute.is_empty() { String::new() } else { format!(" (attribute `{}`)", r.attribute) };
+            return Err(UnwindError::Strict {
+                message: format!("`{}` line {line}{at}: {} [{}]", f.display, r.message, r.reason),
+            });
+        }
+        *self.reject_counts.entry(r.reason).or_default() += 1;
+        self.file_rejects += 1;
+        let row = RejectRow {
+            file: self.file,
+            line,
+            offset,
+            reason: r.reason,
+            attribute: &r.attribute,
+            message: &r.message,
+            raw,
+            truncated,
+        };
+        spill::encode_reject(&row, &mut self.rejects.bytes);
+        if self.rejects.bytes.len() >= CHUNK_BYTES {
+            let mut b = std::mem::take(&mut self.rejects);
+            self.write_chunk(TableId::Rejects, &mut b)?;
+            self.rejects = b;
+        }
+        Ok(())
+    }
+
+    /// Flushes the file's chunks.
+    fn end_file(&mut self) -> Result<(), UnwindError> {
+        for t in 0..self.mapped.len() {
+            let mut b = std::mem::take(&mut self.mapped[t]);
+            self.write_chunk(TableId::Mapped(t as u32), &mut b)?;
+            // Sequence numbers restart per file.
+            self.mapped[t] = ChunkBuf { bytes: b.bytes, seq: 0 };
+        }
+        let mut keys: Vec<Arc<str>> = self.entities.keys().cloned().collect();
+        keys.sort();
+        for k in keys {
+            let mut b = self.entities.get_mut(&k).map(|s| std::mem::take(&mut s.buf)).unwrap_or_default();
+            self.write_chunk(TableId::Entity(k.clone()), &mut b)?;
+            if let Some(s) = self.entities.get_mut(&k) {
+                s.buf = ChunkBuf { bytes: b.bytes, seq: 0 };
+            }
+        }
+        let mut b = std::mem::take(&mut self.untyped.buf);
+        self.write_chunk(TableId::Untyped, &mut b)?;
+        self.untyped.buf = ChunkBuf { bytes: b.bytes, seq: 0 };
+        let mut b = std::mem::take(&mut self.rejects);
+        self.write_chunk(TableId::Rejects, &mut b)?;
+        self.rejects = ChunkBuf { bytes: b.bytes, seq: 0 };
+        Ok(())
+    }
+}
+
+/// `--strict`: a file whose item count or MD5 differs from its manifest entry stops the run.
+fn strict_file_check(f: &DataFile, d: &FileDigest) -> Result<(), UnwindError> {
+    let Some(e) = &f.expected else { return Ok(()) };
+    if e.item_count != d.units {
+        return Err(UnwindError::Strict {
+            message: format!("`{}`: manifest says {} items, read {}", f.display, e.item_count, d.units),
+        });
+    }
+    if d.md5_base64 != e.md5_base64 {
+        return Err(UnwindError::Strict {
+            message: format!("`{}`: MD5 of the compressed bytes does not match the manifest", f.display),
+        });
+    }
+    Ok(())
+}
+
+/// Runs pass one over every file of `plan`.
+pub fn read_all(
+    plan: &Plan,
+    settings: &UnwindSettings,
+    mapped: Option<(&Mapping, &MappedTables)>,
+    scratch: &Path,
+    progress: &Progress,
+) -> Result<ReadResult, UnwindError> {
+    let workers = pool::run(
+        settings.threads,
+        plan.files.len(),
+        |w| Worker::new(w, settings, mapped, scratch),
+        |worker, i, stop| worker.read_file(i, &plan.files[i], progress, stop),
+    )?;
+    let mut files = vec![FileStats::default(); plan.files.len()];
+    let mut shapes: BTreeMap<Arc<str>, EntityShape> = BTreeMap::new();
+    let mut untyped = EntityShape::default();
+    let mut chunks = Vec::new();
+    let mut spills = Vec::new();
+    let mut reject_counts = BTreeMap::new();
+    let mut warnings = Vec::new();
+    let mut entity_stats = vec![EntityStats::default(); mapped.map(|(m, _)| m.entities.len()).unwrap_or(0)];
+    for mut w in workers {
+        w.spill.flush().map_err(io_err("write", &w.spill_path))?;
+        for (total, s) in entity_stats.iter_mut().zip(&w.normalizer.entity_stats) {
+            total.merge(s);
+        }
+        for (i, st) in w.files {
+            files[i] = st;
+        }
+        for (k, s) in w.entities {
+            shapes.entry(k).or_default().merge(&s.shape);
+        }
+        untyped.merge(&w.untyped.shape);
+        chunks.extend(w.chunks);
+        spills.push(w.spill_path);
+        for (k, n) in w.reject_counts {
+            *reject_counts.entry(k).or_default() += n;
+        }
+        warnings.extend(w.warnings);
+    }
+    warnings.sort();
+    Ok(ReadResult {
+        entity_stats,
+        files,
+        shapes,
+        untyped: (untyped.items > 0).then_some(untyped),
+        chunks,
+        spills,
+        reject_counts,
+        warnings,
+    })
+}

@@ -1,0 +1,147 @@
+//! Assembling the run manifest: inputs with their checksum and count checks, the
+//! reconciliation of items read against rows and rejects written, and the mapping's counts.
+
+use std::collections::BTreeMap;
+
+use super::UnwindError;
+use super::read::ReadResult;
+use super::write::Written;
+use crate::mapping::file::Mapping;
+use crate::normalize::naming::REJECTS_TABLE;
+use crate::normalize::{EntityStats, MappedTables};
+use crate::sink::manifest::{EntityReport, InputReport, MappingReport, Reconciliation};
+use crate::source::{CheckStatus, Layout, Plan, SideFileCheck};
+
+/// Each input with what was read of it, and a warning per check that did not verify.
+pub fn inputs(plan: &Plan, read: &ReadResult, warnings: &mut Vec<String>) -> Vec<InputReport> {
+    let mut inputs = Vec::with_capacity(plan.files.len());
+    for (f, st) in plan.files.iter().zip(&read.files) {
+        let d = &st.digest;
+        let item_count_check = match &f.expected {
+            Some(e) if e.item_count == d.units => CheckStatus::Verified,
+            Some(_) => CheckStatus::Mismatch,
+            None => CheckStatus::NotListed,
+        };
+        let md5_check = match &f.expected {
+            Some(e) if e.md5_base64 == d.md5_base64 => CheckStatus::Verified,
+            Some(_) => CheckStatus::Mismatch,
+            None => CheckStatus::NotListed,
+        };
+        if let Some(e) = &f.expected {
+            if item_count_check == CheckStatus::Mismatch {
+                warnings.push(format!("`{}`: manifest says {} items, read {}", f.display, e.item_count, d.units));
+            }
+            if md5_check == CheckStatus::Mismatch {
+                warnings.push(format!(
+                    "`{}`: MD5 of the compressed bytes is {}, the manifest says {}",
+                    f.display, d.md5_base64, e.md5_base64
+                ));
+            }
+        }
+        inputs.push(InputReport {
+            file: f.display.clone(),
+            layout: match f.layout {
+                Layout::ExportLines => "export_lines".into(),
+                Layout::ScanOutput => "scan_output".into(),
+            },
+            gzip: f.gzip,
+            bytes: d.bytes,
+            lines: d.lines,
+            items: d.units,
+            rejects: st.rejects,
+            expected_items: f.expected.as_ref().map(|e| e.item_count),
+            item_count_check,
+            md5_expected: f.expected.as_ref().map(|e| e.md5_base64.clone()),
+            md5_actual: Some(d.md5_base64.clone()),
+            md5_check,
+        });
+    }
+    inputs
+}
+
+/// What manifests say about themselves, checked before any data is read: checksum side files
+/// and the summary's item count against the files' manifest.
+pub fn export_problems(plan: &Plan) -> Vec<String> {
+    let mut problems = Vec::new();
+    for e in &plan.exports {
+        for check in [&e.summary_checksum, &e.files_checksum] {
+            if let SideFileCheck::Mismatch { file, expected, actual } = check {
+                problems.push(format!("`{}/{file}` says {expected} but the manifest's MD5 is {actual}", e.export_dir));
+            }
+        }
+        if e.summary_item_count != e.manifest_files_item_count {
+            problems.push(format!(
+                "export `{}`: `manifest-summary.json` says {} items, `manifest-files.json` lists {}",
+                e.export_dir, e.summary_item_count, e.manifest_files_item_count
+            ));
+        }
+    }
+    problems
+}
+
+/// Items read against rows and rejects written. A run that does not balance is a bug in etl.
+pub fn reconcile(plan: &Plan, read: &ReadResult, written: &Written) -> Result<Reconciliation, UnwindError> {
+    let items_read: u64 = read.files.iter().map(|s| s.digest.units).sum();
+    let rejects: u64 = read.reject_counts.values().sum();
+    // Child tables hold rows exploded from their parents' items: not items of their own.
+    let rows_written: u64 =
+        written.tables.iter().filter(|t| t.name != REJECTS_TABLE && t.child_of.is_none()).map(|t| t.rows).sum();
+    let rejects_rows: u64 = written.tables.iter().filter(|t| t.name == REJECTS_TABLE).map(|t| t.rows).sum();
+    let manifest_item_count = if !plan.files.is_empty() && plan.files.iter().all(|f| f.expected.is_some()) {
+        Some(plan.files.iter().filter_map(|f| f.expected.as_ref()).map(|e| e.item_count).sum())
+    } else {
+        None
+    };
+    let rec = Reconciliation {
+        items_read,
+        rows_written,
+        rejects,
+        balanced: items_read == rows_written + rejects && rejects == rejects_rows,
+        manifest_item_count,
+        matches_manifest: manifest_item_count.map(|m| m == items_read),
+        untyped_items: read.untyped.as_ref().map_or(0, |u| u.items),
+    };
+    if !rec.balanced {
+        return Err(UnwindError::Internal {
+            message: format!(
+                "items do not reconcile: read {items_read}, wrote {rows_written} rows and {rejects_rows} rejects (counted {rejects})"
+            ),
+        });
+    }
+    Ok(rec)
+}
+
+/// The mapping's counts, entity by entity.
+pub fn mapping(m: &Mapping, tables: &MappedTables, stats: &[EntityStats]) -> MappingReport {
+    let count = |st: &EntityStats, k: &str| st.failures.get(k).copied().unwrap_or(0);
+    MappingReport {
+        files: m.files.iter().map(|f| f.display().to_string()).collect(),
+        type_attribute: m.type_attribute.clone(),
+        entities: m
+            .entities
+            .iter()
+            .zip(stats)
+            .zip(&tables.entity_table)
+            .map(|((e, st), (_, children))| EntityReport {
+                entity: e.name.clone(),
+                table: e.table.clone(),
+                items: st.items,
+                rows: st.rows,
+                rejected: st.rejected,
+                key_template_failures: count(st, "key_template"),
+                key_conflicts: count(st, "key_conflict"),
+                coercion_failures: count(st, "coercion"),
+                required_missing: count(st, "required"),
+                nulled_values: st.nulled,
+                unmapped_attributes: st.unmapped.clone(),
+                child_tables: children.iter().map(|&c| tables.tables[c as usize].table.clone()).collect(),
+                child_rows: st.child_rows,
+            })
+            .collect(),
+    }
+}
+
+/// Reject counts by reason code.
+pub fn rejects_by_reason(read: &ReadResult) -> BTreeMap<String, u64> {
+    read.reject_counts.iter().map(|(r, n)| (r.code().to_owned(), *n)).collect()
+}

@@ -1,0 +1,236 @@
+//! Pass two: once every schema is known, each table's spilled rows are read back in
+//! (file, sequence) order, built into Arrow batches and written through the sink as Parquet
+//! parts, rolled at the target size, one row group per bounded batch. Parts are written in
+//! parallel, largest first.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use tracing::info_span;
+
+use super::pool;
+use super::read::{ChunkRef, ReadResult};
+use super::spill;
+use super::{UnwindError, UnwindSettings};
+use crate::normalize::naming::{self, REJECTS_TABLE, UNTYPED_TABLE};
+use crate::normalize::{BatchBuilder, MappedTables, RejectsBuilder, TableId, rejects_schema};
+use crate::schema::{TableSchema, Widening};
+use crate::sink::manifest::{FileReport, TableReport};
+use crate::sink::parquet::plan_parts;
+use crate::sink::{Sink, SinkError};
+use crate::source::Plan;
+
+/// What pass two wrote.
+pub struct Written {
+    pub tables: Vec<TableReport>,
+    pub schemas: Vec<TableSchema>,
+    pub widenings: Vec<Widening>,
+}
+
+enum TableKind {
+    Items(Box<TableSchema>),
+    Rejects,
+}
+
+struct TableJob {
+    name: String,
+    entity: Option<String>,
+    kind: TableKind,
+    schema: SchemaRef,
+    /// Part files, each a list of chunks in (file, seq) order.
+    parts: Vec<Vec<ChunkRef>>,
+}
+
+/// The inferred tables' names: unique, and never one a mapping declares.
+fn inferred_names(read: &ReadResult, mapped: Option<&MappedTables>) -> std::collections::BTreeMap<String, String> {
+    let entities: BTreeSet<String> = read.shapes.keys().map(|k| k.to_string()).collect();
+    let mut names = naming::assign(&entities);
+    if let Some(m) = mapped {
+        let taken: BTreeSet<&str> = m.tables.iter().map(|t| t.table.as_str()).collect();
+        for name in names.values_mut() {
+            if taken.contains(name.as_str()) {
+                let mut n = 2;
+                while taken.contains(format!("{name}_{n}").as_str()) {
+                    n += 1;
+                }
+                *name = format!("{name}_{n}");
+            }
+        }
+    }
+    names
+}
+
+/// Runs pass two.
+pub fn write_all(
+    plan: &Plan,
+    settings: &UnwindSettings,
+    mapped: Option<&MappedTables>,
+    sink: &dyn Sink,
+    read: &ReadResult,
+) -> Result<Written, UnwindError> {
+    let names = inferred_names(read, mapped);
+    let mut widenings = Vec::new();
+    let mut jobs: Vec<TableJob> = Vec::new();
+    let mut by_table: HashMap<TableId, Vec<ChunkRef>> = HashMap::new();
+    for c in &read.chunks {
+        by_table.entry(c.table.clone()).or_default().push(c.clone());
+    }
+    let mut add_job = |name: String, entity: Option<String>, kind: TableKind, id: TableId| {
+        let schema = match &kind {
+            TableKind::Items(s) => Arc::new(s.arrow_schema()),
+            TableKind::Rejects => rejects_schema(),
+        };
+        let mut chunks = by_table.remove(&id).unwrap_or_default();
+        chunks.sort_by_key(|c| (c.file, c.seq));
+        let sizes: Vec<u64> = chunks.iter().map(|c| c.len).collect();
+        let parts = plan_parts(&sizes, settings.target_file_bytes).into_iter().map(|r| chunks[r].to_vec()).collect();
+        jobs.push(TableJob { name, entity, kind, schema, parts });
+    };
+    if let Some(m) = mapped {
+        for (i, t) in m.tables.iter().enumerate() {
+            add_job(
+                t.table.clone(),
+                t.entity.clone(),
+                TableKind::Items(Box::new(t.clone())),
+                TableId::Mapped(i as u32),
+            );
+        }
+    }
+    for (entity, shape) in &read.shapes {
+        let table = names.get(entity.as_ref()).cloned().unwrap_or_else(|| naming::snake_case(entity));
+        let schema = shape.schema(&table, Some(entity), &mut widenings);
+        add_job(table, Some(entity.to_string()), TableKind::Items(Box::new(schema)), TableId::Entity(entity.clone()));
+    }
+    if let Some(shape) = &read.untyped {
+        let schema = shape.schema(UNTYPED_TABLE, None, &mut widenings);
+        add_job(UNTYPED_TABLE.to_owned(), None, TableKind::Items(Box::new(schema)), TableId::Untyped);
+    }
+    add_job(REJECTS_TABLE.to_owned(), None, TableKind::Rejects, TableId::Rejects);
+    jobs.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let spills: Vec<File> = read
+        .spills
+        .iter()
+        .map(|p| {
+            File::open(p).map_err(|source| UnwindError::Io { action: "open", path: p.display().to_string(), source })
+        })
+        .collect::<Result<_, _>>()?;
+    // Tasks are (job, part), taken largest first so the longest part starts early.
+    let tasks: Vec<(usize, usize)> =
+        jobs.iter().enumerate().flat_map(|(j, job)| (0..job.parts.len()).map(move |p| (j, p))).collect();
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    let task_bytes = |t: &(usize, usize)| jobs[t.0].parts[t.1].iter().map(|c| c.len).sum::<u64>();
+    order.sort_by_key(|&i| std::cmp::Reverse(task_bytes(&tasks[i])));
+    let done = pool::run(
+        settings.threads,
+        order.len(),
+        |_| Ok(Vec::new()),
+        |done: &mut Vec<(usize, FileReport)>, k, stop| {
+            stop.check::<UnwindError>()?;
+            let ti = order[k];
+            let (j, p) = tasks[ti];
+            done.push((ti, write_part(&jobs[j], p, sink, &spills, settings, plan)?));
+            Ok::<(), UnwindError>(())
+        },
+    )?;
+    let mut reports: Vec<Option<FileReport>> = vec![None; tasks.len()];
+    for (ti, rep) in done.into_iter().flatten() {
+        reports[ti] = Some(rep);
+    }
+    let mut tables = Vec::new();
+    let mut schemas = Vec::new();
+    let mut reports = reports.into_iter();
+    for job in jobs {
+        let mut files = Vec::with_capacity(job.parts.len());
+        for _ in &job.parts {
+            files.push(reports.next().flatten().ok_or_else(|| UnwindError::Internal {
+                message: format!("a part of table `{}` was not written", job.name),
+            })?);
+        }
+        let child_of = mapped.and_then(|m| {
+            let i = m.tables.iter().position(|t| t.table == job.name)?;
+            m.child_of[i].clone()
+        });
+        tables.push(TableReport {
+            name: job.name.clone(),
+            entity: job.entity.clone(),
+            child_of,
+            rows: files.iter().map(|f| f.rows).sum(),
+            columns: job.schema.fields().len(),
+            files,
+        });
+        if let TableKind::Items(s) = job.kind {
+            schemas.push(*s);
+        }
+    }
+    Ok(Written { tables, schemas, widenings })
+}
+
+fn write_part(
+    job: &TableJob,
+    part: usize,
+    sink: &dyn Sink,
+    spills: &[File],
+    settings: &UnwindSettings,
+    plan: &Plan,
+) -> Result<FileReport, UnwindError> {
+    let _span = info_span!("table", table = %job.name, part).entered();
+    let mut writer = sink.part(&job.name, part, job.schema.clone())?;
+    let mut items = match &job.kind {
+        TableKind::Items(s) => Some(BatchBuilder::new(s)),
+        TableKind::Rejects => None,
+    };
+    let mut rejects = RejectsBuilder::default();
+    let mut batch_bytes = 0usize;
+    let mut buf = Vec::new();
+    let damaged = |e: spill::SpillError| UnwindError::Internal { message: format!("table `{}`: {e}", job.name) };
+    let arrow = |source: datafusion::arrow::error::ArrowError| SinkError::Parquet {
+        table: job.name.clone(),
+        source: source.into(),
+    };
+    for c in &job.parts[part] {
+        buf.resize(c.len as usize, 0);
+        let spill =
+            spills.get(c.worker).ok_or_else(|| UnwindError::Internal { message: "missing spill file".into() })?;
+        spill.read_exact_at(&mut buf, c.offset).map_err(|source| UnwindError::Io {
+            action: "read the spill of",
+            path: job.name.clone(),
+            source,
+        })?;
+        let mut r = spill::Reader::new(&buf);
+        while !r.at_end() {
+            let before = r.pos;
+            let rows = match &mut items {
+                Some(b) => {
+                    let item = r.item().map_err(damaged)?;
+                    b.append(&item)?;
+                    b.rows()
+                }
+                None => {
+                    let row = r.reject().map_err(damaged)?;
+                    let file = plan.files.get(row.file as usize).map(|f| f.display.as_str()).unwrap_or("?");
+                    rejects.append(file, &row);
+                    rejects.rows()
+                }
+            };
+            batch_bytes += r.pos - before;
+            if settings.row_groups.is_full(rows, batch_bytes) {
+                let batch = match &mut items {
+                    Some(b) => b.finish()?,
+                    None => rejects.finish().map_err(arrow)?,
+                };
+                writer.write_row_group(&batch)?;
+                batch_bytes = 0;
+            }
+        }
+    }
+    let batch = match &mut items {
+        Some(b) => b.finish()?,
+        None => rejects.finish().map_err(arrow)?,
+    };
+    writer.write_row_group(&batch)?;
+    Ok(writer.close()?)
+}

@@ -1,0 +1,245 @@
+//! The run manifest (`_etl/run.json`): the commit record of an output and its run report, in
+//! one typed value written and read by this module only, and the schema contracts
+//! (`_etl/schema/<table>.json`).
+//!
+//! Readers (`etl sql`, the next run's publish step) use exactly the files a manifest lists, never
+//! a folder listing; every listed path is checked to stay inside the output before it is used.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use serde::{Deserialize, Serialize};
+
+use crate::schema::TableSchema;
+use crate::schema::Widening;
+use crate::source::{CheckStatus, ExportInfo};
+
+/// Where the manifest lives inside an output.
+pub const RUN_MANIFEST: &str = "_etl/run.json";
+/// Where each table's schema contract lives: `_etl/schema/<table>.json`.
+pub const SCHEMA_DIR: &str = "_etl/schema";
+
+/// A run manifest that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("`{path}` is not a run manifest: {message}")]
+    Invalid { path: String, message: String },
+    #[error("`{path}` lists file `{file}` of table `{table}`, which is not inside the output")]
+    Escapes { path: String, table: String, file: String },
+    #[error("`{path}` is {size} bytes, more than a run manifest can be ({max} bytes)")]
+    TooLarge { path: String, size: u64, max: u64 },
+}
+
+/// The most bytes a run manifest is read from: far above any real one (a run of 100,000 files
+/// lists about 20 MB), far below what would exhaust memory.
+pub const MAX_MANIFEST_BYTES: u64 = 256 * 1024 * 1024;
+
+/// `_etl/run.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunManifest {
+    pub etl_version: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub options: ReportOptions,
+    pub inputs: Vec<InputReport>,
+    pub exports: Vec<ExportInfo>,
+    pub reconciliation: Reconciliation,
+    pub tables: Vec<TableReport>,
+    pub rejects_by_reason: BTreeMap<String, u64>,
+    pub widenings: Vec<Widening>,
+    /// Per mapping entity, when `--mapping` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<MappingReport>,
+    pub warnings: Vec<String>,
+    pub timings_ms: Timings,
+    /// Set by an object-store commit: the run's id, which its file names carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Set by an object-store commit: where the run was published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_to: Option<String>,
+    /// Set by an object-store commit: the run this one replaced (`null` for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces_run_id: Option<Option<String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportOptions {
+    pub type_attribute: String,
+    pub threads: usize,
+    pub strict: bool,
+    pub max_rejects: Option<u64>,
+    pub max_line_bytes: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct InputReport {
+    pub file: String,
+    pub layout: String,
+    pub gzip: bool,
+    pub bytes: u64,
+    /// Lines read, blank lines included (scan output: lines of the document).
+    pub lines: u64,
+    /// Non-blank lines or scan items: what counts as an item read.
+    pub items: u64,
+    pub rejects: u64,
+    pub expected_items: Option<u64>,
+    pub item_count_check: CheckStatus,
+    pub md5_expected: Option<String>,
+    pub md5_actual: Option<String>,
+    pub md5_check: CheckStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reconciliation {
+    pub items_read: u64,
+    pub rows_written: u64,
+    pub rejects: u64,
+    /// `items_read == rows_written + rejects`.
+    pub balanced: bool,
+    /// Sum of `itemCount` in the manifests of the files read, when every file had one.
+    pub manifest_item_count: Option<u64>,
+    pub matches_manifest: Option<bool>,
+    pub untyped_items: u64,
+}
+
+/// What the mapping did, entity by entity.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MappingReport {
+    pub files: Vec<String>,
+    pub type_attribute: String,
+    pub entities: Vec<EntityReport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EntityReport {
+    pub entity: String,
+    pub table: String,
+    /// Items the entity matched.
+    pub items: u64,
+    /// Rows written to its table (items minus rejected).
+    pub rows: u64,
+    pub rejected: u64,
+    pub key_template_failures: u64,
+    pub key_conflicts: u64,
+    pub coercion_failures: u64,
+    pub required_missing: u64,
+    /// Values left null under `on_error = "null"` (counted in the failures above too).
+    pub nulled_values: u64,
+    /// Attributes no column names, with how many items had each.
+    pub unmapped_attributes: BTreeMap<String, u64>,
+    pub child_tables: Vec<String>,
+    pub child_rows: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TableReport {
+    pub name: String,
+    pub entity: Option<String>,
+    /// For a child table of a mapping: its parent table. Its rows are not items.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child_of: Option<String>,
+    pub rows: u64,
+    pub columns: usize,
+    pub files: Vec<FileReport>,
+}
+
+impl TableReport {
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileReport {
+    pub path: String,
+    pub rows: u64,
+    pub row_groups: usize,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timings {
+    pub resolve: u64,
+    pub read_and_decode: u64,
+    pub write: u64,
+    /// Up to writing this report; publishing follows it.
+    pub total: u64,
+}
+
+impl RunManifest {
+    /// Parses a manifest and checks that every file it lists stays inside the output.
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<RunManifest, ManifestError> {
+        let m: RunManifest = serde_json::from_slice(bytes)
+            .map_err(|e| ManifestError::Invalid { path: path.to_owned(), message: e.to_string() })?;
+        for t in &m.tables {
+            for f in &t.files {
+                if !is_confined(&f.path) {
+                    return Err(ManifestError::Escapes {
+                        path: path.to_owned(),
+                        table: t.name.clone(),
+                        file: f.path.clone(),
+                    });
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// Reads `dir/_etl/run.json`.
+    pub fn read(dir: &Path) -> Result<RunManifest, ManifestError> {
+        let path = dir.join(RUN_MANIFEST);
+        let display = path.display().to_string();
+        let invalid = |e: std::io::Error| ManifestError::Invalid { path: display.clone(), message: e.to_string() };
+        let file = std::fs::File::open(&path).map_err(invalid)?;
+        let size = file.metadata().map_err(invalid)?.len();
+        if size > MAX_MANIFEST_BYTES {
+            return Err(ManifestError::TooLarge { path: display, size, max: MAX_MANIFEST_BYTES });
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_MANIFEST_BYTES), &mut bytes).map_err(invalid)?;
+        RunManifest::parse(&display, &bytes)
+    }
+
+    /// The manifest as written: pretty JSON with a final newline.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serialising plain data cannot fail; an empty object would only hide a bug.
+        let mut text = serde_json::to_vec_pretty(self).unwrap_or_else(|_| b"{}".to_vec());
+        text.push(b'\n');
+        text
+    }
+}
+
+/// A relative `/`-separated path of plain names: what an output's manifest may list.
+fn is_confined(rel: &str) -> bool {
+    !rel.is_empty()
+        && !rel.contains('\\')
+        && !rel.contains("//")
+        && Path::new(rel).components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// Writes `_etl/run.json` and `_etl/schema/<table>.json` into `dir`.
+pub fn write(dir: &Path, manifest: &RunManifest, schemas: &[TableSchema]) -> std::io::Result<()> {
+    let schema_dir = dir.join(SCHEMA_DIR);
+    std::fs::create_dir_all(&schema_dir)?;
+    for s in schemas {
+        let text = serde_json::to_string_pretty(s).map_err(std::io::Error::other)?;
+        std::fs::write(schema_dir.join(format!("{}.json", s.table)), text + "\n")?;
+    }
+    std::fs::write(dir.join(RUN_MANIFEST), manifest.to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listed_files_must_stay_inside_the_output() {
+        for ok in ["user/part-00000.parquet", "a/b/c.parquet"] {
+            assert!(is_confined(ok), "{ok}");
+        }
+        for bad in ["/etc/passwd", "../x.parquet", "user/../../x", "", "a//b", "./a", "a\\..\\b"] {
+            assert!(!is_confined(bad), "{bad}");
+        }
+    }
+}

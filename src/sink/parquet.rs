@@ -1,0 +1,144 @@
+//! Parquet part files: the one place that decides how Parquet is written (writer properties),
+//! how part files are named, where a table rolls to its next part, and where row groups are cut.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+
+use super::SinkError;
+use super::manifest::FileReport;
+
+/// zstd level for every Parquet file etl writes.
+pub const ZSTD_LEVEL: i32 = 1;
+
+/// Writer settings for every Parquet file etl writes. Row groups are cut by the caller (one per
+/// written batch, see [`RowGroups`]), so the writer's own row limit is only a backstop.
+pub fn writer_properties(max_row_group_rows: usize) -> WriterProperties {
+    WriterProperties::builder()
+        .set_writer_version(WriterVersion::PARQUET_1_0)
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).unwrap_or_default()))
+        .set_max_row_group_row_count(Some(max_row_group_rows.max(1)))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_created_by(format!("etl {}", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// Where row groups are cut: after this many rows or this many bytes of row data, whichever
+/// comes first. The byte bound keeps a writer's memory bounded whatever the row width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowGroups {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl RowGroups {
+    pub fn is_full(&self, rows: usize, bytes: usize) -> bool {
+        rows >= self.rows || bytes >= self.bytes
+    }
+}
+
+/// The path of part `part` of `table`, relative to the output: `table/part-00000.parquet`.
+pub fn part_path(table: &str, part: usize) -> String {
+    format!("{table}/part-{part:05}.parquet")
+}
+
+/// Splits a table's row data, given as the sizes of its pieces in order, into parts that roll
+/// after `target_bytes`: each part is a range of pieces. Decided before anything is written, so
+/// parts can be written in parallel and their boundaries depend only on the data. A table with
+/// no pieces still gets one (empty) part.
+pub fn plan_parts(sizes: &[u64], target_bytes: u64) -> Vec<Range<usize>> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    for (i, &n) in sizes.iter().enumerate() {
+        if bytes >= target_bytes && i > start {
+            parts.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += n;
+    }
+    parts.push(start..sizes.len());
+    parts
+}
+
+/// One Parquet part file being written.
+pub struct PartWriter {
+    table: String,
+    rel: String,
+    path: PathBuf,
+    writer: ArrowWriter<File>,
+    rows: u64,
+    row_groups: usize,
+}
+
+impl PartWriter {
+    /// Creates `dir/<part_path>` for `table`.
+    pub fn create(
+        dir: &Path,
+        table: &str,
+        part: usize,
+        schema: SchemaRef,
+        props: &WriterProperties,
+    ) -> Result<PartWriter, SinkError> {
+        let rel = part_path(table, part);
+        let path = dir.join(&rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(SinkError::io("create", parent))?;
+        }
+        let file = File::create(&path).map_err(SinkError::io("create", &path))?;
+        let writer = ArrowWriter::try_new(file, schema, Some(props.clone()))
+            .map_err(|source| SinkError::Parquet { table: table.to_owned(), source })?;
+        Ok(PartWriter { table: table.to_owned(), rel, path, writer, rows: 0, row_groups: 0 })
+    }
+
+    /// Writes `batch` as one row group (an empty batch writes nothing).
+    pub fn write_row_group(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let parquet = |source| SinkError::Parquet { table: self.table.clone(), source };
+        self.writer.write(batch).map_err(parquet)?;
+        self.writer.flush().map_err(parquet)?;
+        self.rows += batch.num_rows() as u64;
+        self.row_groups += 1;
+        Ok(())
+    }
+
+    /// Finishes the file (footer included) and says what it holds.
+    pub fn close(self) -> Result<FileReport, SinkError> {
+        let table = self.table;
+        self.writer.close().map_err(|source| SinkError::Parquet { table: table.clone(), source })?;
+        let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
+        Ok(FileReport { path: self.rel, rows: self.rows, row_groups: self.row_groups, bytes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_roll_after_the_target() {
+        assert_eq!(plan_parts(&[], 10), vec![0..0]);
+        assert_eq!(plan_parts(&[5, 5, 5], 100), vec![0..3]);
+        assert_eq!(plan_parts(&[5, 5, 5, 5], 10), vec![0..2, 2..4]);
+        // A piece larger than the target is a part of its own, never split.
+        assert_eq!(plan_parts(&[50, 1, 1], 10), vec![0..1, 1..3]);
+        assert_eq!(part_path("user", 3), "user/part-00003.parquet");
+    }
+
+    #[test]
+    fn row_groups_cut_by_rows_or_bytes() {
+        let g = RowGroups { rows: 10, bytes: 100 };
+        assert!(!g.is_full(9, 99));
+        assert!(g.is_full(10, 0));
+        assert!(g.is_full(1, 100));
+    }
+}
