@@ -136,7 +136,7 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
     let source_note = sources.join(", ");
     let text = draft.to_toml(&note, &source_note);
     // The draft must load; a failure here is a bug in the drafter.
-    if let Err(e) = crate::mapping::file::parse_str(std::path::Path::new("<draft>"), &text) {
+    if let Err(e) = crate::mapping::parse_str(std::path::Path::new("<draft>"), &text) {
         printer.mapping_errors(&e);
         printer.error("the drafted mapping does not load", Some("this is a bug in etl; please report it"));
         return ExitStatus::Error;
@@ -156,7 +156,7 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
 
 fn check(args: CheckArgs, printer: &Printer) -> ExitStatus {
     let CheckArgs { mapping, sources, aws } = args;
-    let mapping = match crate::mapping::file::load(&mapping) {
+    let mapping = match super::mapping_files::load(&mapping) {
         Ok(m) => m,
         Err(e) => {
             printer.mapping_errors(&e);

@@ -7,6 +7,7 @@ mod aws_args;
 mod export;
 mod lineedit;
 mod mapping;
+mod mapping_files;
 mod printer;
 mod progress;
 mod sql;
@@ -229,7 +230,7 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
     }
     opts.scan = pipeline::ScanSettings { segments, consistent_read, max_rcu_per_second };
     if !mapping.is_empty() {
-        match crate::mapping::file::load(&mapping) {
+        match mapping_files::load(&mapping) {
             Ok(m) => {
                 if let Some(t) = &type_attribute
                     && *t != m.type_attribute

@@ -14,14 +14,13 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
-use super::file::Mapping;
-use super::file::{
-    ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, TimestampFormat,
-    UnmappedPolicy,
-};
 use super::template::{KeyValue, TimeUnit};
 use super::{ColumnType, SetKind, StructField, TableSchema, TsUnit};
 use crate::decode::{Item, Number, RejectReason, Value};
+use crate::mapping::{
+    ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, Mapping, TimestampFormat,
+    UnmappedPolicy,
+};
 
 /// The column holding unmapped attributes as DynamoDB JSON.
 pub const EXTRA_COLUMN: &str = "_extra";
@@ -800,7 +799,7 @@ pub fn column_type(ty: &DeclaredType) -> ColumnType {
 mod tests {
     use super::*;
     use crate::decode::json::decode_export_line;
-    use crate::mapping::file::parse_str;
+    use crate::mapping::parse_str;
 
     const MAPPING: &str = r#"
 [settings]
@@ -883,7 +882,7 @@ columns = [
     #[test]
     fn claims_agrees_with_claimed_attributes() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/ecommerce.toml");
-        let m = crate::mapping::file::load(&[path]).unwrap();
+        let m = parse_str(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
         for e in &m.entities {
             let claimed = e.claimed_attributes();
             let mut names: Vec<&str> = claimed.iter().copied().collect();

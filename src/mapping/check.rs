@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::apply::{self, Failure, FailureKind, Route};
-use super::file::{Mapping, UnmatchedPolicy};
 use crate::decode::{DecodeError, Item, Value};
+use crate::mapping::{Mapping, UnmatchedPolicy};
 
 /// Offending keys kept per problem.
 pub const EXAMPLES: usize = 3;

@@ -1,16 +1,33 @@
-//! Table schemas: the column types etl writes, and schema inference when no mapping file is given.
+//! Mappings and table schemas.
+//!
+//! The mapping language, compiled once: the model ([`Mapping`] and the types it holds), the
+//! compiler from TOML texts ([`compile`], [`parse_str`]), the column type grammar, errors with
+//! positions and hints, did-you-mean suggestions, and key templates ([`template`]). Authoring
+//! helps sit beside it: drafting from data ([`draft`], [`keyinfer`]) and checking ([`check`]).
 //!
 //! A [`TableSchema`] is the typed contract between routing/normalizing and the sink: column names,
 //! [`ColumnType`]s and where each column came from in DynamoDB. Inference ([`infer`]) builds one
-//! per entity from every item, never a sample. This module does no I/O.
+//! per entity from every item, never a sample. This module does no I/O: files are read at the
+//! command line's edge and handed in as texts.
 
 pub mod apply;
 pub mod check;
+mod compile;
 pub mod draft;
-pub mod file;
+mod error;
 pub mod infer;
 pub mod keyinfer;
+mod model;
+mod suggest;
 pub mod template;
+mod types;
+
+pub use compile::{MappingText, compile, parse_str};
+pub use error::{MappingError, MappingErrorKind, MappingErrors, Position, Snippet};
+pub use model::{
+    ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, KeyMapping, Mapping,
+    TimestampFormat, UnmappedPolicy, UnmatchedPolicy,
+};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

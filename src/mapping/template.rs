@@ -990,35 +990,10 @@ fn closest_type(text: &str) -> Option<&'static str> {
     TYPE_NAMES
         .iter()
         .filter(|t| **t != "int(N)")
-        .map(|t| (edit_distance(&lower, t), *t))
+        .map(|t| (super::suggest::distance(&lower, t), *t))
         .min_by_key(|(d, _)| *d)
         .filter(|(d, _)| *d <= 2 || *d * 3 <= len)
         .map(|(_, t)| t)
-}
-
-/// Levenshtein distance with adjacent transpositions (optimal string alignment), over chars;
-/// the one measure behind every "did you mean" hint of the mapping loader and templates.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in rows.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in rows[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut d = (rows[i - 1][j] + 1).min(rows[i][j - 1] + 1).min(rows[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d = d.min(rows[i - 2][j - 2] + 1);
-            }
-            rows[i][j] = d;
-        }
-    }
-    rows[a.len()][b.len()]
 }
 
 /// Whether `name` is a valid placeholder name, `[a-z_][a-z0-9_]*`.

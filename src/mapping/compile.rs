@@ -1,219 +1,56 @@
-//! Mapping files: the TOML format that names each entity's table, key templates and typed
-//! columns, and its compiler into a [`Mapping`] the pipeline applies.
+//! The mapping compiler: TOML texts in, a fully checked [`Mapping`] out.
 //!
-//! Loading is all-or-nothing: every file is read, every problem in every file is collected, and
-//! either a fully checked [`Mapping`] comes back or a [`MappingErrors`] listing all of them, each
-//! with file, line, column, entity and field, rendered like rustc. The format reference is
-//! `mappings/README.md`; the rules it states are enforced here and nowhere else.
+//! Compiling is all-or-nothing: every problem in every text is collected, and either a
+//! [`Mapping`] comes back or [`MappingErrors`] listing all of them, each with file, line, column,
+//! entity and field. The format reference is `mappings/README.md`; the rules it states are
+//! enforced here and nowhere else.
 //!
-//! This module reads files and never sees an item. What only data can tell (a key that does not
-//! match its template, an attribute disagreeing with the key placeholder of the same name) is the
-//! pipeline's to check, with the [`ErrorPolicy`] chosen here.
+//! The compiler takes texts already read (path and text): it never touches the file system (the
+//! command line reads files and folders at its edge) and never sees an item. What only data can
+//! tell (a key that does not match its template, an attribute disagreeing with the key
+//! placeholder of the same name) is the normalizer's to check, with the [`ErrorPolicy`] chosen
+//! here.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::fs;
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 
-use super::template::{KeyTemplate, PlaceholderType, TemplateError, TimeUnit, edit_distance};
+use super::error::{MappingError, MappingErrorKind, MappingErrors, Source};
+use super::model::{
+    ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, KeyMapping, Mapping,
+    TimestampFormat, UTC, UnmappedPolicy, UnmatchedPolicy,
+};
+use super::suggest::{backticked, closest, unknown_field_hint};
+use super::template::{KeyTemplate, PlaceholderType, TemplateError, TimeUnit};
+use super::types::parse_type;
 use crate::normalize::naming::snake_case;
 
-// ---------------------------------------------------------------------------------------------
-// The compiled mapping
-// ---------------------------------------------------------------------------------------------
-
-/// A compiled, fully checked mapping: every file's entities, checked together.
+/// One mapping file's text, read by the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    /// The files read, in load order.
-    pub files: Vec<PathBuf>,
-    /// The attribute naming each item's entity (`Type` by default).
-    pub type_attribute: String,
-    pub unmatched: UnmatchedPolicy,
-    /// Files in load order, entities in the order written.
-    pub entities: Vec<EntityMapping>,
+pub struct MappingText {
+    /// Where the text came from; used in the result and in messages only.
+    pub path: PathBuf,
+    pub text: String,
 }
 
-/// One entity: which items it takes and the table they become.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntityMapping {
-    /// As written after `entity.` (free text, for messages).
-    pub name: String,
-    /// A valid table name: `[a-z][a-z0-9_]*`.
-    pub table: String,
-    /// Type-attribute values routed here; never empty, unique across the mapping.
-    pub match_types: Vec<String>,
-    /// `(attribute, prefix)` in the order written: an item without the type attribute belongs
-    /// here when every listed attribute is a string starting with its prefix. Items are tried
-    /// against entities in [`Mapping::entities`] order; the first match wins.
-    pub key_prefix: Vec<(String, String)>,
-    /// Key templates in the order written.
-    pub keys: Vec<KeyMapping>,
-    /// The output columns in their final order, key-derived columns included.
-    pub columns: Vec<ColumnMapping>,
-    /// Attributes not kept anywhere (not even in `_extra`). A dropped key attribute is still
-    /// parsed by its template.
-    pub drop: Vec<String>,
-    pub unmapped: UnmappedPolicy,
-    pub on_error: ErrorPolicy,
-    pub children: Vec<ChildMapping>,
-    /// The file this entity was written in.
-    pub file: PathBuf,
+/// Compiles mapping texts together, in the order given. `read_errors` are the problems the
+/// caller met reading them (see [`MappingError::unreadable`]); they are reported first, with
+/// the compiler's own, and make the result an error too.
+pub fn compile(texts: Vec<MappingText>, read_errors: Vec<MappingError>) -> Result<Mapping, MappingErrors> {
+    let sources: Vec<Source> = texts.into_iter().map(|t| Source::new(t.path, t.text)).collect();
+    compile_sources(&sources, read_errors)
 }
 
-/// A key attribute and the template its values follow.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyMapping {
-    pub attribute: String,
-    pub template: KeyTemplate,
+/// Compiles one mapping file's text; `file` is used in the result and in messages only.
+pub fn parse_str(file: &Path, text: &str) -> Result<Mapping, MappingErrors> {
+    compile_sources(&[Source::new(file.to_owned(), text.to_owned())], Vec::new())
 }
 
-/// One output column.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ColumnMapping {
-    pub name: String,
-    pub source: ColumnSource,
-    pub ty: DeclaredType,
-    /// An item whose value for this column is absent or `NULL` is rejected, whatever the
-    /// entity's [`ErrorPolicy`].
-    pub required: bool,
-}
-
-/// Where a column's values come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ColumnSource {
-    /// The attribute of that name (in a child table: the field of the list element).
-    Attribute(String),
-    /// A key-template placeholder. For a placeholder in several keys, the first key that has it
-    /// (the others, and an attribute named like the placeholder, must agree with it; see
-    /// `mappings/README.md`).
-    Key { attribute: String, placeholder: String },
-}
-
-/// A child table: one row per element of a list-of-maps attribute.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChildMapping {
-    pub table: String,
-    /// The parent attribute holding an `L` of `M`.
-    pub source: String,
-    /// The column holding the element's 0-based index.
-    pub position: String,
-    /// Parent columns copied into each child row, first in the child table.
-    pub parent_columns: Vec<String>,
-    /// The element's fields; every source is [`ColumnSource::Attribute`].
-    pub columns: Vec<ColumnMapping>,
-}
-
-/// What to do with attributes no column names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UnmappedPolicy {
-    /// Keep them, as DynamoDB JSON, in the table's `_extra` column.
-    #[default]
-    Extra,
-    Drop,
-    /// Send the item to the rejects table.
-    Reject,
-}
-
-/// What to do with a value that cannot be coerced, or a key that does not match its template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ErrorPolicy {
-    /// Send the item to the rejects table.
-    #[default]
-    Reject,
-    /// Keep the row with a null in that column, and count it.
-    Null,
-}
-
-/// What to do with items whose type value no entity matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UnmatchedPolicy {
-    /// Write them to inferred tables, as etl does without a mapping.
-    #[default]
-    Infer,
-    Reject,
-}
-
-/// A column type as declared in a mapping file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeclaredType {
-    Int64,
-    Decimal {
-        precision: u8,
-        scale: i8,
-    },
-    /// Exact canonical decimal text of any size (`decimal` without parameters, or a `decimal`
-    /// key placeholder).
-    DecimalText,
-    Float64,
-    Utf8,
-    Bool,
-    Binary,
-    Timestamp {
-        unit: TimeUnit,
-        format: TimestampFormat,
-        /// `UTC` or a fixed offset such as `+02:00`, applied to values that carry no offset.
-        tz: String,
-    },
-    /// `format: None` reads `YYYY-MM-DD`.
-    Date {
-        format: Option<String>,
-    },
-    /// Lossless DynamoDB JSON text.
-    Json,
-    List(Box<DeclaredType>),
-    /// From `SS`, `NS` or `BS`.
-    Set(Box<DeclaredType>),
-    Struct(Vec<(String, DeclaredType)>),
-    /// `map<string, T>`: the key type is always `string`.
-    Map(Box<DeclaredType>),
-}
-
-/// How timestamp values are written in the data.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TimestampFormat {
-    EpochS,
-    EpochMs,
-    EpochUs,
-    /// ISO 8601 / RFC 3339 text.
-    Iso8601,
-    /// A chrono strftime pattern.
-    Pattern(String),
-}
-
-impl Mapping {
-    /// The entity whose `match` lists this type-attribute value.
-    pub fn entity_for_type(&self, value: &str) -> Option<&EntityMapping> {
-        self.entities.iter().find(|e| e.match_types.iter().any(|m| m == value))
-    }
-}
-
-impl EntityMapping {
-    /// The attributes this entity consumes, so that [`EntityMapping::unmapped`] does not apply
-    /// to them: key attributes, attributes named like a key placeholder (duplicates of key
-    /// columns), column sources, child-table sources and dropped attributes. The mapping's type
-    /// attribute is consumed too but is not listed here.
-    pub fn claimed_attributes(&self) -> BTreeSet<&str> {
-        let mut out = BTreeSet::new();
-        for k in &self.keys {
-            out.insert(k.attribute.as_str());
-        }
-        for c in &self.columns {
-            match &c.source {
-                ColumnSource::Attribute(a) => out.insert(a.as_str()),
-                ColumnSource::Key { placeholder, .. } => out.insert(placeholder.as_str()),
-            };
-        }
-        out.extend(self.children.iter().map(|c| c.source.as_str()));
-        out.extend(self.drop.iter().map(String::as_str));
-        out
-    }
-}
+// Policy names as written in mapping files.
 
 impl UnmappedPolicy {
     const NAMES: &[(&str, UnmappedPolicy)] =
@@ -228,46 +65,10 @@ impl UnmatchedPolicy {
     const NAMES: &[(&str, UnmatchedPolicy)] = &[("infer", UnmatchedPolicy::Infer), ("reject", UnmatchedPolicy::Reject)];
 }
 
+// Time formats of columns.
+
 impl DeclaredType {
-    /// The canonical type text, as it would be written in a mapping file: `decimal(12,2)`,
-    /// `list<string>`, `struct<city: string, zip: string>`, `map<string, json>`.
-    pub fn label(&self) -> String {
-        match self {
-            DeclaredType::Int64 => "int64".into(),
-            DeclaredType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
-            DeclaredType::DecimalText => "decimal".into(),
-            DeclaredType::Float64 => "float64".into(),
-            DeclaredType::Utf8 => "string".into(),
-            DeclaredType::Bool => "bool".into(),
-            DeclaredType::Binary => "binary".into(),
-            DeclaredType::Timestamp { .. } => "timestamp".into(),
-            DeclaredType::Date { .. } => "date".into(),
-            DeclaredType::Json => "json".into(),
-            DeclaredType::List(t) => format!("list<{}>", t.label()),
-            DeclaredType::Set(t) => format!("set<{}>", t.label()),
-            DeclaredType::Struct(fields) => {
-                let fields: Vec<String> =
-                    fields.iter().map(|(n, t)| format!("{}: {}", struct_field_label(n), t.label())).collect();
-                format!("struct<{}>", fields.join(", "))
-            }
-            DeclaredType::Map(t) => format!("map<string, {}>", t.label()),
-        }
-    }
-
-    /// The column type a key placeholder of this type gives.
-    pub fn of_placeholder(ty: &PlaceholderType) -> DeclaredType {
-        let ts = |unit, format| DeclaredType::Timestamp { unit, format, tz: UTC.into() };
-        match ty {
-            PlaceholderType::String | PlaceholderType::Uuid => DeclaredType::Utf8,
-            PlaceholderType::Int { .. } => DeclaredType::Int64,
-            PlaceholderType::Decimal => DeclaredType::DecimalText,
-            PlaceholderType::EpochS => ts(TimeUnit::Second, TimestampFormat::EpochS),
-            PlaceholderType::EpochMs => ts(TimeUnit::Millisecond, TimestampFormat::EpochMs),
-            PlaceholderType::Iso8601 => ts(TimeUnit::Microsecond, TimestampFormat::Iso8601),
-            PlaceholderType::Date => DeclaredType::Date { format: None },
-        }
-    }
-
+    /// Whether `pred` holds for this type or any type inside it.
     fn contains(&self, pred: &dyn Fn(&DeclaredType) -> bool) -> bool {
         pred(self)
             || match self {
@@ -306,332 +107,6 @@ struct TimeFormats {
 struct TimeUse {
     timestamp: bool,
     date: bool,
-}
-
-fn struct_field_label(name: &str) -> String {
-    if !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-') {
-        name.to_owned()
-    } else {
-        format!("`{name}`")
-    }
-}
-
-const UTC: &str = "UTC";
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-// ---------------------------------------------------------------------------------------------
-
-/// Every problem found in the mapping files; nothing was compiled.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MappingErrors(pub Vec<MappingError>);
-
-/// One problem, located in its file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MappingError {
-    pub file: PathBuf,
-    /// Of the offending key or value; `None` for problems with a whole file.
-    pub position: Option<Position>,
-    pub entity: Option<String>,
-    /// A path inside the entity (or the file): `columns[3].type`, `keys.PK`, `settings.unmapped`.
-    /// Array indexes are 0-based.
-    pub field: Option<String>,
-    pub kind: MappingErrorKind,
-    pub hint: Option<String>,
-    /// The source line, for display.
-    pub snippet: Option<Snippet>,
-}
-
-/// 1-based line and column; the column counts characters, not bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Position {
-    pub line: usize,
-    pub column: usize,
-}
-
-/// The offending line with the span to underline (in characters, 0-based).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snippet {
-    pub line_text: String,
-    pub start: usize,
-    pub len: usize,
-}
-
-/// What is wrong; the facts of each problem.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MappingErrorKind {
-    #[error("cannot read the mapping: {message}")]
-    Io { message: String },
-    #[error("no mapping files given")]
-    NoFiles,
-    #[error("no `.toml` files in folder `{}`", folder.display())]
-    NoTomlFiles { folder: PathBuf },
-    #[error("invalid TOML: {message}")]
-    Syntax { message: String },
-    #[error("unknown field `{field}` in {context}")]
-    UnknownField { field: String, context: &'static str },
-    #[error("`{field}` must be {expected}, not {found}")]
-    WrongValueType { field: String, expected: &'static str, found: &'static str },
-    #[error("{context} has no `{field}`")]
-    MissingField { field: &'static str, context: String },
-    #[error("`{field}` is empty")]
-    Empty { field: String },
-    #[error("`{field}` lists `{value}` twice")]
-    DuplicateValue { field: String, value: String },
-    #[error("unknown value `{value}` for `{field}`")]
-    BadValue { field: &'static str, value: String },
-    #[error("invalid table name `{table}`")]
-    InvalidTableName { table: String },
-    #[error("table `{table}` is already written by {first}")]
-    DuplicateTable { table: String, first: String },
-    #[error("type value `{value}` is already matched by {first}")]
-    DuplicateMatch { value: String, first: String },
-    #[error("{first} already claims untyped items with the same key prefixes")]
-    DuplicateKeyPrefix { first: String },
-    #[error("column `{column}` appears twice in table `{table}`")]
-    DuplicateColumn { table: String, column: String },
-    #[error("column name `{column}` starts with `_`, which is reserved for etl's own columns")]
-    ReservedColumnName { column: String },
-    #[error("{}", unknown_type_message(.name, .text, .column))]
-    UnknownType { column: String, name: String, text: String },
-    #[error("invalid type `{text}` for column `{column}`: {message}")]
-    TypeSyntax { column: String, text: String, message: String },
-    #[error("decimal precision {precision} in `{text}` is out of range for column `{column}`")]
-    DecimalPrecision { column: String, text: String, precision: u64 },
-    #[error("decimal scale {scale} exceeds the precision {precision} in `{text}` for column `{column}`")]
-    DecimalScale { column: String, text: String, precision: u64, scale: u64 },
-    #[error("sets cannot hold `{element}` (column `{column}`)")]
-    SetElement { column: String, element: String },
-    #[error("map keys must be `string`, not `{key}` (column `{column}`)")]
-    MapKey { column: String, key: String },
-    #[error("column `{column}` has no `type`")]
-    MissingType { column: String },
-    #[error("column `{column}` holds timestamps but has no `format`")]
-    MissingTimeFormat { column: String },
-    #[error("unknown timestamp format `{format}` for column `{column}`")]
-    UnknownTimeFormat { column: String, format: String },
-    #[error("invalid strftime pattern `{pattern}` for column `{column}`: {reason}")]
-    BadPattern { column: String, pattern: String, reason: &'static str },
-    #[error("`{format}` is not a date format (column `{column}`)")]
-    DateFormat { column: String, format: String },
-    #[error("`format` does not apply to column `{column}` of type `{ty}`")]
-    FormatNotApplicable { column: String, ty: String },
-    #[error("`timezone` has no effect on column `{column}`: {reason}")]
-    TimezoneNotApplicable { column: String, reason: &'static str },
-    #[error("unknown timezone `{timezone}` for column `{column}`")]
-    BadTimezone { column: String, timezone: String },
-    #[error("invalid key template for `{attribute}`: {message}")]
-    BadTemplate { attribute: String, message: String },
-    #[error("placeholder `{placeholder}` is `{ty}` in `{attribute}` but `{first_ty}` in `{first_attribute}`")]
-    PlaceholderConflict {
-        placeholder: String,
-        attribute: String,
-        ty: String,
-        first_attribute: String,
-        first_ty: String,
-    },
-    #[error(
-        "column `{column}` is declared `{declared}`, but it comes from placeholder `{{{column}:{placeholder_type}}}` of key `{attribute}`"
-    )]
-    IncompatibleType { column: String, declared: String, placeholder_type: String, attribute: String },
-    #[error("column `{column}` comes from key `{attribute}` and cannot have a `{field}`")]
-    PlaceholderColumnField { column: String, attribute: String, field: &'static str },
-    #[error("attribute `{attribute}` is in `drop`, but {reader} reads it")]
-    DropConflict { attribute: String, reader: String },
-    #[error("child table `{table}` copies `{column}`, which is not a column of table `{parent}`")]
-    UnknownParentColumn { table: String, column: String, parent: String },
-    #[error("child table `{table}` has no `parent_columns`, and its parent has no key placeholders to copy")]
-    NoParentColumns { table: String },
-    #[error("key prefix `{prefix}` for `{attribute}` can never match its template `{template}`")]
-    KeyPrefixMismatch { attribute: String, prefix: String, template: String },
-    #[error("setting `{setting}` is `{value}` here but `{other}` in {other_at}")]
-    SettingConflict { setting: &'static str, value: String, other: String, other_at: String },
-    #[error("the mapping defines no entities")]
-    NoEntities,
-}
-
-/// Names the whole type when the unknown name is its head (`decimall(12,2)`), else both.
-fn unknown_type_message(name: &str, text: &str, column: &str) -> String {
-    let text = text.trim();
-    let head =
-        text.strip_prefix(name).is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'));
-    if head {
-        format!("unknown type `{text}` for column `{column}`")
-    } else {
-        format!("unknown type `{name}` in `{text}` for column `{column}`")
-    }
-}
-
-impl MappingError {
-    /// The one-line message (without location or hint).
-    pub fn message(&self) -> String {
-        self.kind.to_string()
-    }
-}
-
-impl fmt::Display for MappingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "error: {}", self.kind)?;
-        write!(f, "  --> {}", self.file.display())?;
-        if let Some(p) = self.position {
-            write!(f, ":{}:{}", p.line, p.column)?;
-        }
-        match (&self.entity, &self.field) {
-            (Some(e), Some(fl)) => write!(f, " (entity `{e}`, field `{fl}`)")?,
-            (Some(e), None) => write!(f, " (entity `{e}`)")?,
-            (None, Some(fl)) => write!(f, " (field `{fl}`)")?,
-            (None, None) => {}
-        }
-        if let (Some(s), Some(p)) = (&self.snippet, self.position) {
-            let number = p.line.to_string();
-            let pad = " ".repeat(number.len());
-            write!(f, "\n{pad} |\n{number} | {}\n{pad} | {}{}", s.line_text, " ".repeat(s.start), "^".repeat(s.len))?;
-        }
-        if let Some(h) = &self.hint {
-            write!(f, "\n  hint: {h}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for MappingError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.kind)
-    }
-}
-
-impl fmt::Display for MappingErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for e in &self.0 {
-            writeln!(f, "{e}\n")?;
-        }
-        let n = self.0.len();
-        write!(f, "{n} {} in the mapping; nothing was run", if n == 1 { "problem" } else { "problems" })
-    }
-}
-
-impl std::error::Error for MappingErrors {}
-
-// ---------------------------------------------------------------------------------------------
-// Entry points
-// ---------------------------------------------------------------------------------------------
-
-/// Loads and compiles mapping files. A folder stands for every `*.toml` file directly in it
-/// (sorted by name; names starting with `.` are skipped). A file given twice is read once.
-pub fn load(paths: &[PathBuf]) -> Result<Mapping, MappingErrors> {
-    let mut errors = Vec::new();
-    let io = |file: &Path, kind: MappingErrorKind| MappingError {
-        file: file.to_owned(),
-        position: None,
-        entity: None,
-        field: None,
-        kind,
-        hint: None,
-        snippet: None,
-    };
-    let mut files: Vec<PathBuf> = Vec::new();
-    for path in paths {
-        match fs::metadata(path) {
-            Ok(meta) if meta.is_dir() => match fs::read_dir(path) {
-                Ok(entries) => {
-                    let mut found: Vec<PathBuf> = entries
-                        .filter_map(Result::ok)
-                        .map(|e| e.path())
-                        .filter(|p| {
-                            p.extension().is_some_and(|x| x == "toml")
-                                && p.file_name().is_some_and(|n| !n.to_string_lossy().starts_with('.'))
-                                && p.is_file()
-                        })
-                        .collect();
-                    found.sort();
-                    if found.is_empty() {
-                        errors.push(io(path, MappingErrorKind::NoTomlFiles { folder: path.clone() }));
-                    }
-                    files.extend(found);
-                }
-                Err(e) => errors.push(io(path, MappingErrorKind::Io { message: e.to_string() })),
-            },
-            Ok(_) => files.push(path.clone()),
-            Err(e) => errors.push(io(path, MappingErrorKind::Io { message: e.to_string() })),
-        }
-    }
-    let mut seen = BTreeSet::new();
-    files.retain(|p| seen.insert(fs::canonicalize(p).unwrap_or_else(|_| p.clone())));
-    let mut sources = Vec::new();
-    for file in files {
-        match fs::read(&file) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => sources.push(Source::new(file, text)),
-                Err(_) => errors.push(io(&file, MappingErrorKind::Io { message: "the file is not UTF-8 text".into() })),
-            },
-            Err(e) => errors.push(io(&file, MappingErrorKind::Io { message: e.to_string() })),
-        }
-    }
-    if paths.is_empty() {
-        errors.push(io(Path::new(""), MappingErrorKind::NoFiles));
-    }
-    compile(&sources, errors)
-}
-
-/// Compiles one mapping file's text; `file` is used in the result and in messages only.
-pub fn parse_str(file: &Path, text: &str) -> Result<Mapping, MappingErrors> {
-    compile(&[Source::new(file.to_owned(), text.to_owned())], Vec::new())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Sources and positions
-// ---------------------------------------------------------------------------------------------
-
-struct Source {
-    path: PathBuf,
-    text: String,
-    line_starts: Vec<usize>,
-}
-
-impl Source {
-    fn new(path: PathBuf, text: String) -> Source {
-        let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
-        Source { path, text, line_starts }
-    }
-
-    fn floor(&self, offset: usize) -> usize {
-        let mut o = offset.min(self.text.len());
-        while !self.text.is_char_boundary(o) {
-            o -= 1;
-        }
-        o
-    }
-
-    /// The line index (0-based), its start and end (without the line break).
-    fn line_of(&self, offset: usize) -> (usize, usize, usize) {
-        let line = self.line_starts.partition_point(|&s| s <= offset).saturating_sub(1);
-        let start = self.line_starts.get(line).copied().unwrap_or(0);
-        let end = self.line_starts.get(line + 1).map_or(self.text.len(), |&e| e.saturating_sub(1));
-        let end = if self.text.get(start..end).is_some_and(|l| l.ends_with('\r')) { end - 1 } else { end };
-        (line, start, end.max(start))
-    }
-
-    fn position(&self, offset: usize) -> Position {
-        let offset = self.floor(offset);
-        let (line, start, _) = self.line_of(offset);
-        let column = self.text.get(start..offset).map_or(0, |s| s.chars().count()) + 1;
-        Position { line: line + 1, column }
-    }
-
-    fn snippet(&self, span: &Range<usize>) -> Snippet {
-        let from = self.floor(span.start);
-        let (_, start, end) = self.line_of(from);
-        let line = self.text.get(start..end).unwrap_or("");
-        let col = self.text.get(start..from.min(end)).map_or(0, |s| s.chars().count());
-        let to = self.floor(span.end.min(end)).max(from);
-        let len = self.text.get(from..to).map_or(0, |s| s.chars().count()).max(1);
-        Snippet { line_text: line.replace('\t', " "), start: col, len }
-    }
-
-    fn location(&self, offset: usize) -> String {
-        let p = self.position(offset);
-        format!("{}:{}:{}", self.path.display(), p.line, p.column)
-    }
 }
 
 /// The byte offset in the file of the character `char_offset` of a string value whose token
@@ -686,16 +161,9 @@ fn string_offset(text: &str, span: &Range<usize>, char_offset: usize) -> usize {
     span.start + i.min(end)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Compilation
-// ---------------------------------------------------------------------------------------------
-
-/// The most deeply nested type accepted (`list<list<...>>`).
-const MAX_TYPE_DEPTH: usize = 32;
-
 const TOP_FIELDS: &[&str] = &["settings", "entity"];
 const SETTINGS_FIELDS: &[&str] = &["type_attribute", "unmapped", "on_error", "unmatched"];
-const ENTITY_FIELDS: &[&str] =
+pub(super) const ENTITY_FIELDS: &[&str] =
     &["table", "match", "key_prefix", "keys", "drop", "unmapped", "on_error", "columns", "children"];
 const COLUMN_FIELDS: &[&str] = &["name", "source", "type", "required", "format", "timezone"];
 const CHILD_FIELDS: &[&str] = &["table", "source", "position", "parent_columns", "columns"];
@@ -767,7 +235,7 @@ struct Draft {
     on_error: Option<ErrorPolicy>,
 }
 
-fn compile(sources: &[Source], mut early: Vec<MappingError>) -> Result<Mapping, MappingErrors> {
+fn compile_sources(sources: &[Source], mut early: Vec<MappingError>) -> Result<Mapping, MappingErrors> {
     let mut cx = Cx { sources, errors: Vec::new() };
     let mut settings = Settings::default();
     let mut drafts = Vec::new();
@@ -1961,460 +1429,12 @@ fn pattern_has_offset(p: &str) -> bool {
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Type grammar
-// ---------------------------------------------------------------------------------------------
-
-const TYPE_NAMES: &[&str] = &[
-    "int64",
-    "decimal",
-    "float64",
-    "string",
-    "bool",
-    "binary",
-    "timestamp",
-    "date",
-    "json",
-    "list",
-    "set",
-    "struct",
-    "map",
-];
-
-/// Names people reach for, and the type etl calls that.
-const TYPE_ALIASES: &[(&str, &str)] = &[
-    ("int", "int64"),
-    ("integer", "int64"),
-    ("long", "int64"),
-    ("bigint", "int64"),
-    ("i64", "int64"),
-    ("int32", "int64"),
-    ("float", "float64"),
-    ("double", "float64"),
-    ("f64", "float64"),
-    ("real", "float64"),
-    ("number", "decimal"),
-    ("numeric", "decimal"),
-    ("str", "string"),
-    ("text", "string"),
-    ("varchar", "string"),
-    ("utf8", "string"),
-    ("boolean", "bool"),
-    ("bytes", "binary"),
-    ("blob", "binary"),
-    ("datetime", "timestamp"),
-    ("array", "list"),
-    ("object", "struct"),
-    ("record", "struct"),
-    ("dict", "map"),
-];
-
-/// Where in the type text a problem is (characters), and what it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct TypeProblem {
-    start: usize,
-    len: usize,
-    kind: TypeProblemKind,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum TypeProblemKind {
-    Unknown { name: String, suggestion: Option<String> },
-    Syntax(String),
-    Precision(u64),
-    Scale { scale: u64, precision: u64 },
-    SetElement(String),
-    MapKey(String),
-}
-
-impl TypeProblem {
-    fn into_error(self, column: &str, text: &str) -> (MappingErrorKind, Option<String>) {
-        let column = column.to_owned();
-        let text = text.to_owned();
-        match self.kind {
-            TypeProblemKind::Unknown { name, suggestion } => {
-                let hint = match &suggestion {
-                    Some(s) => {
-                        // The whole type with the name replaced, when that is a valid type.
-                        let chars: Vec<char> = text.chars().collect();
-                        let end = (self.start + self.len).min(chars.len());
-                        let start = self.start.min(end);
-                        let fixed: String = chars[..start]
-                            .iter()
-                            .chain(s.chars().collect::<Vec<_>>().iter())
-                            .chain(&chars[end..])
-                            .collect();
-                        let shown = if parse_type(&fixed).is_ok() { fixed } else { s.clone() };
-                        format!("did you mean `{shown}`?")
-                    }
-                    None => format!("types are {}", backticked(TYPE_NAMES)),
-                };
-                (MappingErrorKind::UnknownType { column, name, text }, Some(hint))
-            }
-            TypeProblemKind::Syntax(message) => (
-                MappingErrorKind::TypeSyntax { column, text, message },
-                Some("the type grammar is in mappings/README.md".into()),
-            ),
-            TypeProblemKind::Precision(precision) => (
-                MappingErrorKind::DecimalPrecision { column, text, precision },
-                Some("precision is 1 to 38; `decimal` without parameters keeps any number exactly, as text".into()),
-            ),
-            TypeProblemKind::Scale { scale, precision } => (
-                MappingErrorKind::DecimalScale { column, text, precision, scale },
-                Some("`decimal(p,s)` needs 0 ≤ s ≤ p: `s` digits of the `p` are after the point".into()),
-            ),
-            TypeProblemKind::SetElement(element) => (
-                MappingErrorKind::SetElement { column, element },
-                Some(
-                    "DynamoDB sets are SS, NS and BS: `set<string>`, `set<int64>`, `set<decimal(p,s)>`, \
-                     `set<decimal>` or `set<binary>`"
-                        .into(),
-                ),
-            ),
-            TypeProblemKind::MapKey(key) => (
-                MappingErrorKind::MapKey { column, key },
-                Some("DynamoDB map keys are always strings: `map<string, T>`".into()),
-            ),
-        }
-    }
-}
-
-/// Parses the type grammar; timestamps get the placeholder format `iso8601`, UTC, until the
-/// column's `format` is applied.
-fn parse_type(text: &str) -> Result<DeclaredType, TypeProblem> {
-    let mut p = TypeParser { chars: text.chars().collect(), pos: 0, depth: 0 };
-    let ty = p.ty()?;
-    p.ws();
-    if let Some(c) = p.peek() {
-        return Err(p.syntax(p.pos, 1, format!("unexpected `{c}` after the type")));
-    }
-    Ok(ty)
-}
-
-struct TypeParser {
-    chars: Vec<char>,
-    pos: usize,
-    depth: usize,
-}
-
-impl TypeParser {
-    fn peek(&self) -> Option<char> {
-        self.chars.get(self.pos).copied()
-    }
-
-    fn ws(&mut self) {
-        while self.peek().is_some_and(char::is_whitespace) {
-            self.pos += 1;
-        }
-    }
-
-    fn syntax(&self, start: usize, len: usize, message: String) -> TypeProblem {
-        TypeProblem { start, len, kind: TypeProblemKind::Syntax(message) }
-    }
-
-    /// The word or character at the current position, for messages.
-    fn found_here(&self) -> String {
-        let word: String = self.chars[self.pos.min(self.chars.len())..]
-            .iter()
-            .take_while(|c| c.is_alphanumeric() || **c == '_')
-            .collect();
-        match self.peek() {
-            _ if !word.is_empty() => format!("`{word}`"),
-            Some(c) => format!("`{c}`"),
-            None => "the end".into(),
-        }
-    }
-
-    /// The length of the word or character at the current position.
-    fn here_len(&self) -> usize {
-        let rest = &self.chars[self.pos.min(self.chars.len())..];
-        rest.iter().take_while(|c| c.is_alphanumeric() || **c == '_').count().max(1)
-    }
-
-    fn expect(&mut self, c: char) -> Result<(), TypeProblem> {
-        self.ws();
-        if self.peek() == Some(c) {
-            self.pos += 1;
-            Ok(())
-        } else {
-            Err(self.syntax(self.pos, self.here_len(), format!("expected `{c}`, found {}", self.found_here())))
-        }
-    }
-
-    fn word(&mut self) -> String {
-        let start = self.pos;
-        while self.peek().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
-            self.pos += 1;
-        }
-        self.chars[start..self.pos].iter().collect()
-    }
-
-    fn number(&mut self) -> Result<(u64, usize), TypeProblem> {
-        self.ws();
-        let start = self.pos;
-        let digits = self.word();
-        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-            let len = digits.chars().count().max(1);
-            let what = if digits.is_empty() { self.found_here() } else { format!("`{digits}`") };
-            return Err(self.syntax(start, len, format!("expected a number, found {what}")));
-        }
-        // Anything past u64 is out of range anyway.
-        Ok((digits.parse().unwrap_or(u64::MAX), start))
-    }
-
-    fn ty(&mut self) -> Result<DeclaredType, TypeProblem> {
-        self.depth += 1;
-        if self.depth > MAX_TYPE_DEPTH {
-            return Err(self.syntax(self.pos, 1, format!("types nest deeper than {MAX_TYPE_DEPTH} levels")));
-        }
-        self.ws();
-        let start = self.pos;
-        let name = self.word();
-        if name.is_empty() {
-            return Err(self.syntax(start, 1, format!("expected a type, found {}", self.found_here())));
-        }
-        let simple = |t: DeclaredType| Some(t);
-        let ty = match name.as_str() {
-            "int64" => simple(DeclaredType::Int64),
-            "float64" => simple(DeclaredType::Float64),
-            "string" => simple(DeclaredType::Utf8),
-            "bool" => simple(DeclaredType::Bool),
-            "binary" => simple(DeclaredType::Binary),
-            "json" => simple(DeclaredType::Json),
-            "timestamp" => simple(DeclaredType::Timestamp {
-                unit: TimeUnit::Microsecond,
-                format: TimestampFormat::Iso8601,
-                tz: UTC.into(),
-            }),
-            "date" => simple(DeclaredType::Date { format: None }),
-            "decimal" => {
-                self.ws();
-                if self.peek() == Some('(') {
-                    self.pos += 1;
-                    let (precision, p_at) = self.number()?;
-                    self.ws();
-                    let (scale, s_at) = if self.peek() == Some(',') {
-                        self.pos += 1;
-                        self.number()?
-                    } else {
-                        (0, p_at)
-                    };
-                    self.expect(')')?;
-                    if !(1..=38).contains(&precision) {
-                        let len = self.chars[p_at..].iter().take_while(|c| c.is_ascii_digit()).count();
-                        return Err(TypeProblem { start: p_at, len, kind: TypeProblemKind::Precision(precision) });
-                    }
-                    if scale > precision {
-                        let len = self.chars[s_at..].iter().take_while(|c| c.is_ascii_digit()).count();
-                        return Err(TypeProblem {
-                            start: s_at,
-                            len,
-                            kind: TypeProblemKind::Scale { scale, precision },
-                        });
-                    }
-                    // Both checked above: precision <= 38, scale <= precision.
-                    return self.done(DeclaredType::Decimal { precision: precision as u8, scale: scale as i8 });
-                }
-                simple(DeclaredType::DecimalText)
-            }
-            "list" | "set" => {
-                self.expect('<')?;
-                self.ws();
-                let el_at = self.pos;
-                let el = self.ty()?;
-                let el_len = self.pos - el_at;
-                self.expect('>')?;
-                if name == "set" {
-                    if !matches!(
-                        el,
-                        DeclaredType::Utf8
-                            | DeclaredType::Int64
-                            | DeclaredType::Decimal { .. }
-                            | DeclaredType::DecimalText
-                            | DeclaredType::Binary
-                    ) {
-                        return Err(TypeProblem {
-                            start: el_at,
-                            len: el_len,
-                            kind: TypeProblemKind::SetElement(el.label()),
-                        });
-                    }
-                    return self.done(DeclaredType::Set(Box::new(el)));
-                }
-                return self.done(DeclaredType::List(Box::new(el)));
-            }
-            "map" => {
-                self.expect('<')?;
-                self.ws();
-                let key_at = self.pos;
-                let key = self.ty()?;
-                let key_len = self.pos - key_at;
-                if key != DeclaredType::Utf8 {
-                    return Err(TypeProblem {
-                        start: key_at,
-                        len: key_len,
-                        kind: TypeProblemKind::MapKey(key.label()),
-                    });
-                }
-                self.expect(',')?;
-                let value = self.ty()?;
-                self.expect('>')?;
-                return self.done(DeclaredType::Map(Box::new(value)));
-            }
-            "struct" => {
-                self.expect('<')?;
-                let mut fields: Vec<(String, DeclaredType)> = Vec::new();
-                loop {
-                    self.ws();
-                    if self.peek() == Some('>') {
-                        if fields.is_empty() {
-                            return Err(self.syntax(self.pos, 1, "a struct needs at least one field".into()));
-                        }
-                        break;
-                    }
-                    let at = self.pos;
-                    let field = self.field_name()?;
-                    if fields.iter().any(|(f, _)| *f == field) {
-                        let len = self.pos - at;
-                        return Err(self.syntax(at, len, format!("field `{field}` appears twice")));
-                    }
-                    self.expect(':')?;
-                    let ty = self.ty()?;
-                    fields.push((field, ty));
-                    self.ws();
-                    match self.peek() {
-                        Some(',') => self.pos += 1,
-                        Some('>') => break,
-                        _ => {
-                            return Err(self.syntax(
-                                self.pos,
-                                1,
-                                format!("expected `,` or `>`, found {}", self.found_here()),
-                            ));
-                        }
-                    }
-                }
-                self.expect('>')?;
-                return self.done(DeclaredType::Struct(fields));
-            }
-            _ => None,
-        };
-        let Some(ty) = ty else {
-            let lower = name.to_ascii_lowercase();
-            let suggestion = TYPE_ALIASES
-                .iter()
-                .find(|(a, _)| *a == lower)
-                .map(|(_, t)| *t)
-                .or_else(|| TYPE_NAMES.iter().copied().find(|t| *t == lower))
-                .or_else(|| closest(&name, TYPE_NAMES))
-                .map(str::to_owned);
-            return Err(TypeProblem {
-                start,
-                len: self.pos - start,
-                kind: TypeProblemKind::Unknown { name, suggestion },
-            });
-        };
-        self.ws();
-        if let Some(c @ ('(' | '<')) = self.peek() {
-            return Err(self.syntax(self.pos, 1, format!("`{name}` takes no parameters, found `{c}`")));
-        }
-        self.done(ty)
-    }
-
-    fn done(&mut self, ty: DeclaredType) -> Result<DeclaredType, TypeProblem> {
-        self.depth -= 1;
-        Ok(ty)
-    }
-
-    /// A struct field name: a run of characters other than space, `:`, `,`, `<`, `>`, or any
-    /// text in backticks.
-    fn field_name(&mut self) -> Result<String, TypeProblem> {
-        let start = self.pos;
-        if self.peek() == Some('`') {
-            self.pos += 1;
-            let from = self.pos;
-            while self.peek().is_some_and(|c| c != '`') {
-                self.pos += 1;
-            }
-            if self.peek() != Some('`') {
-                return Err(self.syntax(start, 1, "unclosed `` ` `` in a field name".into()));
-            }
-            let name: String = self.chars[from..self.pos].iter().collect();
-            self.pos += 1;
-            if name.is_empty() {
-                return Err(self.syntax(start, 2, "empty field name".into()));
-            }
-            return Ok(name);
-        }
-        while self.peek().is_some_and(|c| !c.is_whitespace() && !matches!(c, ':' | ',' | '<' | '>' | '`')) {
-            self.pos += 1;
-        }
-        if self.pos == start {
-            return Err(self.syntax(start, 1, format!("expected a field name, found {}", self.found_here())));
-        }
-        Ok(self.chars[start..self.pos].iter().collect())
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Suggestions
-// ---------------------------------------------------------------------------------------------
-
-fn backticked(names: &[&str]) -> String {
-    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-    quoted.join(", ")
-}
-
-/// The candidate nearest to `word`, if near enough to be a likely typo.
-fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
-    let lower = word.to_lowercase();
-    if lower.chars().count() > 64 {
-        return None;
-    }
-    let (best, d) =
-        candidates.iter().map(|c| (*c, edit_distance(&lower, &c.to_lowercase()))).min_by_key(|(_, d)| *d)?;
-    let len = lower.chars().count().min(best.chars().count());
-    let limit = match len {
-        0..=3 => 1,
-        4..=8 => 2,
-        _ => 3,
-    };
-    (d <= limit).then_some(best)
-}
-
-/// What to say about an unknown field: a likely typo, a field that belongs elsewhere, or the
-/// valid fields.
-fn unknown_field_hint(key: &str, allowed: &[&str], context: &str) -> String {
-    let elsewhere = match (context, key) {
-        (_, "nullable") => Some("columns are nullable unless `required = true`"),
-        ("an entity", "type") => Some("an entity takes its type values from `match`; column types go in `columns`"),
-        ("an entity", "name") => Some("an entity's name is its key: `[entity.NAME]`"),
-        ("an entity", "primary_key" | "pk" | "sk") => Some("key attributes and their templates go in `keys`"),
-        ("a child table", "children") => Some("child tables cannot have child tables of their own"),
-        ("a child table", "keys" | "drop" | "unmapped" | "on_error" | "match") => {
-            Some("child tables follow their parent entity; set this on the entity")
-        }
-        ("the mapping's top level", "type_attribute" | "unmapped" | "on_error" | "unmatched") => {
-            Some("file-wide settings go in `[settings]`")
-        }
-        ("the mapping's top level", f) if ENTITY_FIELDS.contains(&f) => {
-            Some("entity fields go in an entity table such as `[entity.User]`")
-        }
-        ("the mapping's top level", "entities") => Some("entities are written `[entity.NAME]`"),
-        _ => None,
-    };
-    if let Some(h) = elsewhere {
-        return h.to_owned();
-    }
-    match closest(key, allowed) {
-        Some(c) => format!("did you mean `{c}`?"),
-        None => format!("valid fields are {}", backticked(allowed)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
+    use crate::mapping::error::Position;
 
     const BROKEN: &str = "tests/mappings/broken";
 
@@ -2426,6 +1446,19 @@ mod tests {
             Ok(m) => panic!("{rel} loaded: {m:#?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    /// Reads files (relative to the package) and compiles them together, as the command line
+    /// does.
+    fn load(paths: &[PathBuf]) -> Result<Mapping, MappingErrors> {
+        let texts = paths
+            .iter()
+            .map(|p| MappingText {
+                path: p.clone(),
+                text: fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(p)).unwrap(),
+            })
+            .collect();
+        compile(texts, Vec::new())
     }
 
     fn errors(text: &str) -> Vec<MappingError> {
@@ -2680,34 +1713,6 @@ on_error = "reject"
         }
 
         #[test]
-        fn type_labels_round_trip() {
-            for (text, label) in [
-                ("int64", "int64"),
-                ("decimal(12,2)", "decimal(12,2)"),
-                ("decimal ( 38 )", "decimal(38,0)"),
-                ("decimal", "decimal"),
-                ("list< list<string> >", "list<list<string>>"),
-                ("set<decimal(5,1)>", "set<decimal(5,1)>"),
-                ("map<string,struct<a:int64,b:json>>", "map<string, struct<a: int64, b: json>>"),
-                ("struct<`a b`: bool, c-d: binary>", "struct<`a b`: bool, c-d: binary>"),
-                ("\tdate\n", "date"),
-            ] {
-                let ty = parse_type(text).unwrap();
-                assert_eq!(ty.label(), label, "{text}");
-                assert_eq!(parse_type(&ty.label()).unwrap(), ty, "{text}");
-            }
-        }
-
-        #[test]
-        fn type_depth_is_bounded() {
-            let deep = format!("{}string{}", "list<".repeat(40), ">".repeat(40));
-            let e = parse_type(&deep).unwrap_err();
-            assert!(matches!(e.kind, TypeProblemKind::Syntax(ref m) if m.contains("deeper")), "{e:?}");
-            let ok = format!("{}string{}", "list<".repeat(20), ">".repeat(20));
-            parse_type(&ok).unwrap();
-        }
-
-        #[test]
         fn offsets_in_toml_strings_undo_escapes() {
             let check = |raw: &str, offset: usize, want: &str| {
                 let text = format!("x = {raw}");
@@ -2728,27 +1733,6 @@ on_error = "reject"
         }
 
         #[test]
-        fn positions_count_characters() {
-            let src = Source::new("f".into(), "a = 1\nüü = \"x\"\r\nlast".into());
-            assert_eq!(src.position(0), Position { line: 1, column: 1 });
-            assert_eq!(src.position(6), Position { line: 2, column: 1 });
-            assert_eq!(src.position(11), Position { line: 2, column: 4 });
-            assert_eq!(src.position(10_000), Position { line: 3, column: 5 });
-            assert_eq!(src.snippet(&(11..12)).line_text, "üü = \"x\"");
-            // Inside a multi-byte character: the character it is in.
-            assert_eq!(src.position(7), Position { line: 2, column: 1 });
-        }
-
-        #[test]
-        fn suggestions() {
-            assert_eq!(closest("colums", ENTITY_FIELDS), Some("columns"));
-            assert_eq!(closest("tabel", ENTITY_FIELDS), Some("table"));
-            assert_eq!(closest("xyz", ENTITY_FIELDS), None);
-            assert_eq!(edit_distance("ab", "ba"), 1);
-            assert_eq!(edit_distance("", "abc"), 3);
-        }
-
-        #[test]
         fn timezones() {
             assert_eq!(parse_timezone("UTC").as_deref(), Some("UTC"));
             assert_eq!(parse_timezone("+02:00").as_deref(), Some("+02:00"));
@@ -2756,38 +1740,6 @@ on_error = "reject"
             for bad in ["utc", "+2:00", "+24:00", "+02:60", "02:00", "+02:00:00", "Europe/Berlin", "+ü:00", ""] {
                 assert_eq!(parse_timezone(bad), None, "{bad}");
             }
-        }
-
-        #[test]
-        fn load_reads_folders_sorted_and_skips_others() {
-            let dir = tempfile::tempdir().unwrap();
-            fs::write(dir.path().join("b.toml"), "[entity.B]\n").unwrap();
-            fs::write(dir.path().join("a.toml"), "[settings]\nunmapped = \"drop\"\n[entity.A]\n").unwrap();
-            fs::write(dir.path().join(".hidden.toml"), "not toml at all [").unwrap();
-            fs::write(dir.path().join("notes.txt"), "not toml at all [").unwrap();
-            let a = dir.path().join("a.toml");
-            let m = load(&[dir.path().to_owned(), a.clone()]).unwrap();
-            assert_eq!(m.files, vec![a, dir.path().join("b.toml")], "a.toml given twice is read once");
-            let tables: Vec<&str> = m.entities.iter().map(|e| e.table.as_str()).collect();
-            assert_eq!(tables, ["a", "b"]);
-            assert!(m.entities.iter().all(|e| e.unmapped == UnmappedPolicy::Drop), "settings apply to every file");
-        }
-
-        #[test]
-        fn load_reports_unreadable_paths() {
-            let dir = tempfile::tempdir().unwrap();
-            let empty = dir.path().join("empty");
-            fs::create_dir(&empty).unwrap();
-            let missing = dir.path().join("missing.toml");
-            let binary = dir.path().join("binary.toml");
-            fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
-            let e = load(&[empty.clone(), missing.clone(), binary.clone()]).unwrap_err();
-            let got: Vec<(&Path, bool)> = e.0.iter().map(|e| (e.file.as_path(), e.position.is_none())).collect();
-            assert_eq!(got, [(empty.as_path(), true), (missing.as_path(), true), (binary.as_path(), true)]);
-            assert!(matches!(e.0[0].kind, MappingErrorKind::NoTomlFiles { .. }));
-            assert!(matches!(e.0[1].kind, MappingErrorKind::Io { .. }));
-            assert_eq!(e.0[2].kind, MappingErrorKind::Io { message: "the file is not UTF-8 text".into() });
-            assert!(matches!(load(&[]).unwrap_err().0[0].kind, MappingErrorKind::NoFiles));
         }
 
         #[test]
