@@ -71,7 +71,8 @@ pub enum Command {
     /// Start DynamoDB exports to S3 and list them.
     #[command(subcommand)]
     Export(export::ExportCommand),
-    /// Draft a mapping file from the data, or check one against it.
+    /// Draft a mapping file from the data or import one from an entity model, or check one against
+    /// the data.
     #[command(subcommand)]
     Mapping(mapping::MappingCommand),
     /// Write the synthetic e-commerce sample export (for demos, tests and benchmarks).

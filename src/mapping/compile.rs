@@ -165,7 +165,7 @@ const TOP_FIELDS: &[&str] = &["settings", "entity"];
 const SETTINGS_FIELDS: &[&str] = &["type_attribute", "unmapped", "on_error", "unmatched"];
 pub(super) const ENTITY_FIELDS: &[&str] =
     &["table", "match", "key_prefix", "keys", "drop", "unmapped", "on_error", "columns", "children"];
-const COLUMN_FIELDS: &[&str] = &["name", "source", "type", "required", "format", "timezone"];
+const COLUMN_FIELDS: &[&str] = &["name", "source", "copy", "type", "required", "format", "timezone"];
 const CHILD_FIELDS: &[&str] = &["table", "source", "position", "parent_columns", "columns"];
 
 /// Where an error is reported: a file, and the entity being read.
@@ -681,7 +681,11 @@ impl<'s> Cx<'s> {
             if !declared.iter().any(|(c, _)| c.name == *name) {
                 columns.push(ColumnMapping {
                     name: name.clone(),
-                    source: ColumnSource::Key { attribute: attr.clone(), placeholder: name.clone() },
+                    source: ColumnSource::Key {
+                        attribute: attr.clone(),
+                        placeholder: name.clone(),
+                        copy: name.clone(),
+                    },
                     ty: DeclaredType::of_placeholder(ty),
                     required: false,
                 });
@@ -782,7 +786,7 @@ impl<'s> Cx<'s> {
             let Some(first) = columns[..i].iter().position(|o| o.name == c.name) else { continue };
             let Some(Origin::Written(span, path)) = origin.get(i) else { continue };
             let hint = match (&columns[first].source, origin.get(first)) {
-                (ColumnSource::Key { attribute, placeholder }, _) => {
+                (ColumnSource::Key { attribute, placeholder, .. }, _) => {
                     format!("the first comes from placeholder `{{{placeholder}}}` of key `{attribute}`")
                 }
                 (_, Some(Origin::Written(first_span, first_path))) => {
@@ -892,8 +896,18 @@ impl<'s> Cx<'s> {
                     }
                 }
             };
-            let source = ColumnSource::Key { attribute: attr.clone(), placeholder: name.clone() };
+            let copy = match t.get("copy") {
+                Some(v) => self.name(sc, &format!("{path}.copy"), v)?,
+                None => name.clone(),
+            };
+            let source = ColumnSource::Key { attribute: attr.clone(), placeholder: name.clone(), copy };
             return Some((ColumnMapping { name, source, ty, required }, nv.span()));
+        }
+        if let Some((k, _)) = t.get_key_value("copy") {
+            let kind = MappingErrorKind::CopyWithoutKey { column: name.clone() };
+            let hint = "`copy` names the attribute holding the same value as a key placeholder; to read an \
+                        attribute into this column, use `source`";
+            self.err_hint(sc, k.span(), Some(format!("{path}.copy")), kind, Some(hint.into()));
         }
 
         let source = match t.get("source") {
@@ -1330,8 +1344,10 @@ fn placeholder_type_name(ty: &PlaceholderType) -> String {
         PlaceholderType::EpochS => "epoch_s".into(),
         PlaceholderType::EpochMs => "epoch_ms".into(),
         PlaceholderType::Iso8601 => "iso8601".into(),
+        PlaceholderType::Iso8601Ms => "iso8601_ms".into(),
         PlaceholderType::Date => "date".into(),
         PlaceholderType::Uuid => "uuid".into(),
+        PlaceholderType::Folded(_) => ty.to_string(),
     }
 }
 
@@ -1347,10 +1363,10 @@ fn same_placeholder_kind(a: &PlaceholderType, b: &PlaceholderType) -> bool {
 fn placeholder_accepts(pty: &PlaceholderType, declared: &DeclaredType) -> bool {
     use DeclaredType as D;
     match pty {
-        PlaceholderType::String | PlaceholderType::Uuid => matches!(declared, D::Utf8),
+        PlaceholderType::String | PlaceholderType::Uuid | PlaceholderType::Folded(_) => matches!(declared, D::Utf8),
         PlaceholderType::Int { .. } => matches!(declared, D::Int64 | D::Decimal { .. } | D::DecimalText),
         PlaceholderType::Decimal => matches!(declared, D::Decimal { .. } | D::DecimalText | D::Float64),
-        PlaceholderType::EpochS | PlaceholderType::EpochMs | PlaceholderType::Iso8601 => {
+        PlaceholderType::EpochS | PlaceholderType::EpochMs | PlaceholderType::Iso8601 | PlaceholderType::Iso8601Ms => {
             matches!(declared, D::Timestamp { .. })
         }
         PlaceholderType::Date => matches!(declared, D::Date { .. }),
@@ -1359,10 +1375,12 @@ fn placeholder_accepts(pty: &PlaceholderType, declared: &DeclaredType) -> bool {
 
 fn placeholder_allowed_text(pty: &PlaceholderType) -> &'static str {
     match pty {
-        PlaceholderType::String | PlaceholderType::Uuid => "`string`",
+        PlaceholderType::String | PlaceholderType::Uuid | PlaceholderType::Folded(_) => "`string`",
         PlaceholderType::Int { .. } => "`int64`, `decimal(p,s)` or `decimal`",
         PlaceholderType::Decimal => "`decimal`, `decimal(p,s)` or `float64`",
-        PlaceholderType::EpochS | PlaceholderType::EpochMs | PlaceholderType::Iso8601 => "`timestamp`",
+        PlaceholderType::EpochS | PlaceholderType::EpochMs | PlaceholderType::Iso8601 | PlaceholderType::Iso8601Ms => {
+            "`timestamp`"
+        }
         PlaceholderType::Date => "`date`",
     }
 }
@@ -1469,7 +1487,10 @@ mod tests {
     fn summary(m: &Mapping) -> String {
         let source = |s: &ColumnSource| match s {
             ColumnSource::Attribute(a) => a.clone(),
-            ColumnSource::Key { attribute, placeholder } => format!("{attribute}{{{placeholder}}}"),
+            ColumnSource::Key { attribute, placeholder, copy } if copy == placeholder => {
+                format!("{attribute}{{{placeholder}}}")
+            }
+            ColumnSource::Key { attribute, placeholder, copy } => format!("{attribute}{{{placeholder}}}={copy}"),
         };
         let ty = |t: &DeclaredType| match t {
             DeclaredType::Timestamp { unit, format, tz } => format!("timestamp({unit:?}, {format:?}, {tz})"),
@@ -1895,7 +1916,7 @@ columns = [ { name = "sku", type = "string" } ]
             );
             assert_eq!(
                 m.entities[0].columns[8].source,
-                ColumnSource::Key { attribute: "SK".into(), placeholder: "order_id".into() },
+                ColumnSource::Key { attribute: "SK".into(), placeholder: "order_id".into(), copy: "order_id".into() },
                 "a placeholder in several keys reads the first"
             );
             assert_eq!(
@@ -1903,6 +1924,26 @@ columns = [ { name = "sku", type = "string" } ]
                 ["user_email", "ordered_at", "order_id", "seq", "amount", "day", "at", "iso", "id"],
                 "by default children copy every key placeholder, in key order"
             );
+        }
+
+        #[test]
+        fn copy_names_the_attribute_a_placeholder_duplicates() {
+            let m = parse_str(
+                Path::new("c.toml"),
+                "[entity.U]\nkeys = { PK = \"U#{user_id:lower}\" }\ncolumns = [ { name = \"user_id\", copy = \"userId\" } ]\n",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let c = &m.entities[0].columns[0];
+            assert_eq!(
+                c.source,
+                ColumnSource::Key { attribute: "PK".into(), placeholder: "user_id".into(), copy: "userId".into() }
+            );
+            assert_eq!(c.ty, DeclaredType::Utf8);
+            assert!(m.entities[0].claimed_attributes().contains("userId"));
+            let e = errors("[entity.U]\ncolumns = [ { name = \"x\", copy = \"y\", type = \"string\" } ]\n");
+            assert_eq!(e.len(), 1, "{e:?}");
+            assert_eq!(e[0].kind, MappingErrorKind::CopyWithoutKey { column: "x".into() });
+            assert_eq!(e[0].field.as_deref(), Some("columns[0].copy"));
         }
 
         /// Every prefix of the sample mapping loads or fails cleanly.

@@ -123,6 +123,8 @@ pub enum MappingErrorKind {
     IncompatibleType { column: String, declared: String, placeholder_type: String, attribute: String },
     #[error("column `{column}` comes from key `{attribute}` and cannot have a `{field}`")]
     PlaceholderColumnField { column: String, attribute: String, field: &'static str },
+    #[error("column `{column}` has a `copy`, but no key placeholder is named `{column}`")]
+    CopyWithoutKey { column: String },
     #[error("attribute `{attribute}` is in `drop`, but {reader} reads it")]
     DropConflict { attribute: String, reader: String },
     #[error("child table `{table}` copies `{column}`, which is not a column of table `{parent}`")]

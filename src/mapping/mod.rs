@@ -15,6 +15,7 @@ pub mod check;
 mod compile;
 pub mod draft;
 mod error;
+pub mod import;
 pub mod infer;
 pub mod keyinfer;
 mod model;

@@ -72,9 +72,15 @@ pub enum ColumnSource {
     /// The attribute of that name (in a child table: the field of the list element).
     Attribute(String),
     /// A key-template placeholder. For a placeholder in several keys, the first key that has it
-    /// (the others, and an attribute named like the placeholder, must agree with it; see
+    /// (the others, and the attribute holding a copy of the value, must agree with it; see
     /// `mappings/README.md`).
-    Key { attribute: String, placeholder: String },
+    Key {
+        attribute: String,
+        placeholder: String,
+        /// The attribute holding the same value as the placeholder: the placeholder's name
+        /// unless the column names another with `copy`.
+        copy: String,
+    },
 }
 
 /// A child table: one row per element of a list-of-maps attribute.
@@ -188,7 +194,7 @@ impl EntityMapping {
         for c in &self.columns {
             match &c.source {
                 ColumnSource::Attribute(a) => out.insert(a.as_str()),
-                ColumnSource::Key { placeholder, .. } => out.insert(placeholder.as_str()),
+                ColumnSource::Key { copy, .. } => out.insert(copy.as_str()),
             };
         }
         out.extend(self.children.iter().map(|c| c.source.as_str()));
@@ -227,12 +233,13 @@ impl DeclaredType {
     pub fn of_placeholder(ty: &PlaceholderType) -> DeclaredType {
         let ts = |unit, format| DeclaredType::Timestamp { unit, format, tz: UTC.into() };
         match ty {
-            PlaceholderType::String | PlaceholderType::Uuid => DeclaredType::Utf8,
+            PlaceholderType::String | PlaceholderType::Uuid | PlaceholderType::Folded(_) => DeclaredType::Utf8,
             PlaceholderType::Int { .. } => DeclaredType::Int64,
             PlaceholderType::Decimal => DeclaredType::DecimalText,
             PlaceholderType::EpochS => ts(TimeUnit::Second, TimestampFormat::EpochS),
             PlaceholderType::EpochMs => ts(TimeUnit::Millisecond, TimestampFormat::EpochMs),
             PlaceholderType::Iso8601 => ts(TimeUnit::Microsecond, TimestampFormat::Iso8601),
+            PlaceholderType::Iso8601Ms => ts(TimeUnit::Millisecond, TimestampFormat::Iso8601),
             PlaceholderType::Date => DeclaredType::Date { format: None },
         }
     }
