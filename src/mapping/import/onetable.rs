@@ -186,10 +186,10 @@ fn entity(cx: &mut Cx<'_>, name: &str, model: &Json, key_attributes: &[String], 
                     format: Some(if s.iso_dates { "iso8601" } else { "epoch_ms" }.into()),
                     ..ColumnSpec::default()
                 });
-                if column_name(ts) != *ts {
-                    if let Some(c) = e.columns.last_mut() {
-                        c.source = Some(ts.clone());
-                    }
+                if column_name(ts) != *ts
+                    && let Some(c) = e.columns.last_mut()
+                {
+                    c.source = Some(ts.clone());
                 }
             }
         }
