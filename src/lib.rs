@@ -22,7 +22,7 @@
 //! | what to read | [`source`] | [`source::Plan`] of [`source::DataFile`]s, [`source::frame::Framer`] yielding [`source::frame::Frame`]s |
 //! | wire formats | [`decode`] | [`decode::decode`]: bytes of a [`decode::Format`] to a [`decode::Record`] or a [`decode::DecodeError`] |
 //! | the table contract | [`schema`] | [`schema::TableSchema`], [`schema::ColumnType`] |
-//! | the mapping language | [`mapping`] | [`mapping::file::Mapping`], key templates, inferred shapes |
+//! | the mapping language | [`mapping`] | [`mapping::Mapping`], key templates, inferred shapes |
 //! | per item | [`normalize`] | [`normalize::Normalizer`]: a record to [`normalize::TableId`]s and rows, or a [`normalize::Reject`]; [`normalize::BatchBuilder`] |
 //! | where tables go | [`sink`] | the [`sink::Sink`] trait (parts, then one commit), [`sink::RunManifest`] |
 //! | wiring | [`pipeline`] | [`pipeline::unwind`] over [`pipeline::UnwindSettings`], one [`pipeline::pool`] |

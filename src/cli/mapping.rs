@@ -1,13 +1,14 @@
-//! `etl mapping infer` and `etl mapping check`.
+//! `etl mapping infer`, `etl mapping check` and `etl mapping import`.
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 
 use super::aws_args::AwsArgs;
 use super::{ExitStatus, Printer};
 use crate::mapping::check::Checker;
 use crate::mapping::draft::{DISCRIMINATORS, Discriminators, Drafter};
+use crate::mapping::import::ImportFormat;
 use crate::normalize::Reject;
 use crate::pipeline::{self, walk};
 use crate::source;
@@ -19,6 +20,52 @@ pub enum MappingCommand {
     Infer(InferArgs),
     /// Apply a mapping to every item without writing tables; exit 1 when anything fails.
     Check(CheckArgs),
+    /// Write a mapping from an entity model: ElectroDB, OneTable, dynamodb-toolbox or NoSQL
+    /// Workbench, as JSON.
+    ///
+    /// The mapping takes the model's discriminator, key templates (built by the library's own
+    /// rules), attribute types, required fields and renames, and is checked by the mapping
+    /// compiler before it is written. What has no equivalent in a mapping (computed attributes,
+    /// hooks, packed attributes) is listed in a comment and printed as a warning. See
+    /// `mappings/README.md` for each format and its limits.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The model's format.
+    #[arg(long = "from", value_name = "FORMAT", value_enum)]
+    pub from: ModelFormat,
+    /// The model, as JSON.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Write the mapping here instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// Entity-model formats `etl mapping import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModelFormat {
+    /// ElectroDB: the object given to `new Service({...})`, or one entity schema.
+    Electrodb,
+    /// OneTable: the schema (`format`, `version`, `indexes`, `models`, `params`).
+    Onetable,
+    /// dynamodb-toolbox: `entity.build(EntityDTO)` (v2), or `new Entity({...})` options (v0/v1).
+    Toolbox,
+    /// NoSQL Workbench: the data model export (`DataModel`, `TableFacets`).
+    Workbench,
+}
+
+impl From<ModelFormat> for ImportFormat {
+    fn from(f: ModelFormat) -> Self {
+        match f {
+            ModelFormat::Electrodb => ImportFormat::ElectroDb,
+            ModelFormat::Onetable => ImportFormat::OneTable,
+            ModelFormat::Toolbox => ImportFormat::Toolbox,
+            ModelFormat::Workbench => ImportFormat::Workbench,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -53,6 +100,7 @@ pub fn run(cmd: MappingCommand, printer: &Printer) -> ExitStatus {
     match cmd {
         MappingCommand::Infer(a) => infer(a, printer),
         MappingCommand::Check(a) => check(a, printer),
+        MappingCommand::Import(a) => import(a, printer),
     }
 }
 
@@ -173,7 +221,7 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
     let source_note = sources.join(", ");
     let text = draft.to_toml(&note, &source_note);
     // The draft must load; a failure here is a bug in the drafter.
-    if let Err(e) = crate::mapping::file::parse_str(std::path::Path::new("<draft>"), &text) {
+    if let Err(e) = crate::mapping::parse_str(std::path::Path::new("<draft>"), &text) {
         printer.mapping_errors(&e);
         printer.error("the drafted mapping does not load", Some("this is a bug in etl; please report it"));
         return ExitStatus::Error;
@@ -193,7 +241,7 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
 
 fn check(args: CheckArgs, printer: &Printer) -> ExitStatus {
     let CheckArgs { mapping, sources, aws } = args;
-    let mapping = match crate::mapping::file::load(&mapping) {
+    let mapping = match super::mapping_files::load(&mapping) {
         Ok(m) => m,
         Err(e) => {
             printer.mapping_errors(&e);
@@ -208,4 +256,41 @@ fn check(args: CheckArgs, printer: &Printer) -> ExitStatus {
     }
     print!("{}", checker.render());
     if checker.failed() { ExitStatus::Failure } else { ExitStatus::Success }
+}
+
+fn import(args: ImportArgs, printer: &Printer) -> ExitStatus {
+    let ImportArgs { from, file, out } = args;
+    let text = match super::mapping_files::read_text(&file) {
+        Ok(t) => t,
+        Err(kind) => {
+            let why = match kind {
+                crate::mapping::MappingErrorKind::Io { message } => message,
+                other => other.to_string(),
+            };
+            printer.error(&format!("cannot read the model `{}`: {why}", file.display()), None);
+            return ExitStatus::Error;
+        }
+    };
+    let imported = match crate::mapping::import::import(from.into(), &file, &text) {
+        Ok(i) => i,
+        Err(e) => {
+            // Rendered like mapping errors: each with its location and `hint:`.
+            eprintln!("{e}");
+            return ExitStatus::Error;
+        }
+    };
+    for w in &imported.warnings {
+        printer.warn(&format!("not carried over: {w}"));
+    }
+    match out {
+        Some(path) => {
+            if let Err(e) = std::fs::write(&path, &imported.text) {
+                printer.error(&format!("cannot write `{}`: {e}", path.display()), None);
+                return ExitStatus::Error;
+            }
+            printer.info(&format!("wrote `{}` ({} entities)", path.display(), imported.mapping.entities.len()));
+        }
+        None => print!("{}", imported.text),
+    }
+    ExitStatus::Success
 }

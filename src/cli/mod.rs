@@ -7,6 +7,7 @@ mod aws_args;
 mod export;
 mod lineedit;
 mod mapping;
+mod mapping_files;
 mod printer;
 mod progress;
 pub mod settings;
@@ -71,7 +72,8 @@ pub enum Command {
     /// Start DynamoDB exports to S3 and list them.
     #[command(subcommand)]
     Export(export::ExportCommand),
-    /// Draft a mapping file from the data, or check one against it.
+    /// Draft a mapping file from the data or import one from an entity model, or check one against
+    /// the data.
     #[command(subcommand)]
     Mapping(mapping::MappingCommand),
     /// Write the synthetic e-commerce sample export (for demos, tests and benchmarks).
@@ -202,7 +204,7 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
     let mapping = if args.mapping.is_empty() {
         None
     } else {
-        match crate::mapping::file::load(&args.mapping) {
+        match mapping_files::load(&args.mapping) {
             Ok(m) => Some(m),
             Err(e) => {
                 printer.mapping_errors(&e);

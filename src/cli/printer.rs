@@ -45,7 +45,7 @@ impl Printer {
 
     /// Every problem of a mapping, as the loader renders them (each with its own `error:` and
     /// `hint:` lines).
-    pub fn mapping_errors(&self, e: &crate::mapping::file::MappingErrors) {
+    pub fn mapping_errors(&self, e: &crate::mapping::MappingErrors) {
         eprintln!("{e}");
     }
 

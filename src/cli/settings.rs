@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::UnwindArgs;
-use crate::mapping::file::Mapping;
+use crate::mapping::Mapping;
 use crate::pipeline::UnwindSettings;
 use crate::sink::RowGroups;
 use crate::source::live::ScanSettings;
@@ -121,7 +121,7 @@ mod tests {
             unwind(args(&["e", "--out", "o", "--max-rcu-per-second=-1"]), None, 1).unwrap_err(),
             SettingsError::BadRcu(-1.0)
         );
-        let m = crate::mapping::file::parse_str(
+        let m = crate::mapping::parse_str(
             std::path::Path::new("m.toml"),
             "[settings]\ntype_attribute = \"_et\"\n[entity.U]\ntable = \"u\"\n",
         )

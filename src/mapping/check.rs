@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::file::{Mapping, UnmatchedPolicy};
+use super::{Mapping, UnmatchedPolicy};
 use crate::decode::{Item, Value};
 use crate::normalize::Reject;
 use crate::normalize::apply::{self, Failure, FailureKind, Route};

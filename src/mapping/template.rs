@@ -21,13 +21,23 @@
 //!   | `epoch_s`  | non-negative integer, no leading zeros, fits i64 | `Timestamp` in seconds         |
 //!   | `epoch_ms` | as `epoch_s`                                     | `Timestamp` in milliseconds    |
 //!   | `iso8601`  | `YYYY-MM-DDTHH:MM:SS[.fff\|.ffffff]Z`, canonical | `Timestamp` in microseconds    |
+//!   | `iso8601_ms` | `YYYY-MM-DDTHH:MM:SS.fffZ`, always 3 digits    | `Timestamp` in milliseconds    |
 //!   | `date`     | `YYYY-MM-DD`, a real calendar date               | `Date` (days since 1970-01-01) |
 //!   | `uuid`     | `8-4-4-4-12` hex digits, either case, case kept  | `Str`                          |
+//!   | `lower`    | non-empty text with no upper-case letter         | `Folded` (lower)               |
+//!   | `upper`    | non-empty text with no lower-case letter         | `Folded` (upper)               |
 //!
 //!   `iso8601` is canonical when the fraction is absent for whole seconds, three digits for
 //!   millisecond precision and six digits otherwise; years are 0000 to 9999. Any other spelling
 //!   of the same instant (`+00:00`, `.500000`, nanoseconds) is refused, since it would not round
-//!   trip.
+//!   trip. `iso8601_ms` is what JavaScript's `Date.prototype.toISOString()` writes: milliseconds
+//!   always, `.000` included.
+//!
+//!   `lower` and `upper` hold a case-folded copy of a value (ElectroDB lower-cases whole keys by
+//!   default while the attributes keep their case). The key alone cannot give the original case
+//!   back, so a mapping pairs such a placeholder with the attribute holding the original; rendering
+//!   folds whatever text it is given (Unicode default case mapping, as JavaScript's
+//!   `toLowerCase`/`toUpperCase`).
 //! - At most one optional part `[...]`, at the very end and not nested, holding at least one
 //!   placeholder: `ORDER#{order_id}[#LINE#{line:int}]`. Keys without it capture `None` for its
 //!   placeholders.
@@ -65,8 +75,20 @@ use std::fmt;
 pub const MAX_PLACEHOLDERS: usize = 64;
 
 /// The type names a template may use, for hints and error messages.
-pub const TYPE_NAMES: [&str; 9] =
-    ["string", "int", "int(N)", "decimal", "epoch_s", "epoch_ms", "iso8601", "date", "uuid"];
+pub const TYPE_NAMES: [&str; 12] = [
+    "string",
+    "int",
+    "int(N)",
+    "decimal",
+    "epoch_s",
+    "epoch_ms",
+    "iso8601",
+    "iso8601_ms",
+    "date",
+    "uuid",
+    "lower",
+    "upper",
+];
 
 /// The widest `int(N)`: an i64 has at most 19 digits.
 const MAX_INT_WIDTH: usize = 19;
@@ -89,10 +111,40 @@ pub enum PlaceholderType {
     EpochMs,
     /// An ISO 8601 / RFC 3339 UTC timestamp in canonical form.
     Iso8601,
+    /// `YYYY-MM-DDTHH:MM:SS.fffZ` with exactly three fraction digits (JavaScript's
+    /// `toISOString()`).
+    Iso8601Ms,
     /// `YYYY-MM-DD`.
     Date,
     /// `8-4-4-4-12` hex digits.
     Uuid,
+    /// Text in one letter case: a case-folded copy of a value.
+    Folded(Case),
+}
+
+/// The letter case of a [`PlaceholderType::Folded`] placeholder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    Lower,
+    Upper,
+}
+
+impl Case {
+    /// `text` in this case (Unicode default case mapping).
+    pub fn fold(self, text: &str) -> String {
+        match self {
+            Case::Lower => text.to_lowercase(),
+            Case::Upper => text.to_uppercase(),
+        }
+    }
+
+    /// Whether folding leaves `text` unchanged.
+    pub fn holds(self, text: &str) -> bool {
+        match self {
+            Case::Lower => !text.chars().any(|c| c.to_lowercase().ne(std::iter::once(c))),
+            Case::Upper => !text.chars().any(|c| c.to_uppercase().ne(std::iter::once(c))),
+        }
+    }
 }
 
 /// One named placeholder of a template.
@@ -126,6 +178,11 @@ pub enum KeyValue {
     },
     /// Days since 1970-01-01.
     Date(i32),
+    /// Text from a `lower` or `upper` placeholder: a case-folded copy of some value.
+    Folded {
+        case: Case,
+        text: String,
+    },
 }
 
 /// One piece of a compiled template.
@@ -197,8 +254,11 @@ impl fmt::Display for PlaceholderType {
             PlaceholderType::EpochS => f.write_str("epoch_s"),
             PlaceholderType::EpochMs => f.write_str("epoch_ms"),
             PlaceholderType::Iso8601 => f.write_str("iso8601"),
+            PlaceholderType::Iso8601Ms => f.write_str("iso8601_ms"),
             PlaceholderType::Date => f.write_str("date"),
             PlaceholderType::Uuid => f.write_str("uuid"),
+            PlaceholderType::Folded(Case::Lower) => f.write_str("lower"),
+            PlaceholderType::Folded(Case::Upper) => f.write_str("upper"),
         }
     }
 }
@@ -214,8 +274,11 @@ impl PlaceholderType {
             PlaceholderType::EpochS => "epoch seconds (digits)".into(),
             PlaceholderType::EpochMs => "epoch milliseconds (digits)".into(),
             PlaceholderType::Iso8601 => "YYYY-MM-DDTHH:MM:SS[.fff|.ffffff]Z".into(),
+            PlaceholderType::Iso8601Ms => "YYYY-MM-DDTHH:MM:SS.fffZ".into(),
             PlaceholderType::Date => "YYYY-MM-DD".into(),
             PlaceholderType::Uuid => "a uuid (8-4-4-4-12 hex digits)".into(),
+            PlaceholderType::Folded(Case::Lower) => "non-empty text without upper-case letters".into(),
+            PlaceholderType::Folded(Case::Upper) => "non-empty text without lower-case letters".into(),
         }
     }
 
@@ -229,8 +292,11 @@ impl PlaceholderType {
             PlaceholderType::EpochS => "epoch seconds".into(),
             PlaceholderType::EpochMs => "epoch milliseconds".into(),
             PlaceholderType::Iso8601 => "an ISO 8601 UTC timestamp".into(),
+            PlaceholderType::Iso8601Ms => "a `YYYY-MM-DDTHH:MM:SS.fffZ` timestamp".into(),
             PlaceholderType::Date => "a `YYYY-MM-DD` date".into(),
             PlaceholderType::Uuid => "a uuid".into(),
+            PlaceholderType::Folded(Case::Lower) => "lower-case text".into(),
+            PlaceholderType::Folded(Case::Upper) => "upper-case text".into(),
         }
     }
 
@@ -269,7 +335,15 @@ impl PlaceholderType {
             PlaceholderType::EpochS => check_epoch(text).map(|v| Scalar::Ts(TimeUnit::Second, v)),
             PlaceholderType::EpochMs => check_epoch(text).map(|v| Scalar::Ts(TimeUnit::Millisecond, v)),
             PlaceholderType::Iso8601 => parse_iso8601(text).map(|v| Scalar::Ts(TimeUnit::Microsecond, v)),
+            PlaceholderType::Iso8601Ms => parse_iso8601_ms(text).map(|v| Scalar::Ts(TimeUnit::Millisecond, v)),
             PlaceholderType::Date => parse_date(text).map(Scalar::Date),
+            PlaceholderType::Folded(case) => {
+                if case.holds(text) {
+                    Ok(Scalar::Text)
+                } else {
+                    Err(Reason::Form)
+                }
+            }
             PlaceholderType::Uuid => {
                 if is_uuid(text) {
                     Ok(Scalar::Text)
@@ -337,6 +411,26 @@ impl PlaceholderType {
                     _ => return bad(format!("timestamp `{value}` is outside the years 0000 to 9999")),
                 }
             }
+            (PlaceholderType::Iso8601Ms, KeyValue::Timestamp { unit, value }) => {
+                let ms = match unit {
+                    TimeUnit::Second => value.checked_mul(1_000),
+                    TimeUnit::Millisecond => Some(*value),
+                    TimeUnit::Microsecond if *value % 1_000 == 0 => Some(*value / 1_000),
+                    TimeUnit::Microsecond => {
+                        return bad(format!("`{value}` microseconds has a part below the millisecond"));
+                    }
+                };
+                match ms.and_then(|m| m.checked_mul(1_000)) {
+                    Some(micros) if write_iso8601_ms(micros, w)? => {}
+                    _ => return bad(format!("timestamp `{value}` is outside the years 0000 to 9999")),
+                }
+            }
+            (PlaceholderType::Folded(case), KeyValue::Str(s) | KeyValue::Folded { text: s, .. }) => {
+                if s.is_empty() {
+                    return bad("the value is empty".into());
+                }
+                w.write_str(&case.fold(s))?;
+            }
             (PlaceholderType::Date, KeyValue::Date(days)) => {
                 let (y, m, d) = civil_from_days(i64::from(*days));
                 if !(0..=9999).contains(&y) {
@@ -363,8 +457,11 @@ enum Scalar {
 impl Scalar {
     fn into_value(self, ty: &PlaceholderType, text: &str) -> KeyValue {
         match self {
-            Scalar::Text if *ty == PlaceholderType::Decimal => KeyValue::Decimal(text.to_owned()),
-            Scalar::Text => KeyValue::Str(text.to_owned()),
+            Scalar::Text => match ty {
+                PlaceholderType::Decimal => KeyValue::Decimal(text.to_owned()),
+                PlaceholderType::Folded(case) => KeyValue::Folded { case: *case, text: text.to_owned() },
+                _ => KeyValue::Str(text.to_owned()),
+            },
             Scalar::Int(v) => KeyValue::Int(v),
             Scalar::Ts(unit, value) => KeyValue::Timestamp { unit, value },
             Scalar::Date(d) => KeyValue::Date(d),
@@ -924,8 +1021,11 @@ fn parse_type(text: &str, at: usize) -> Result<PlaceholderType, TemplateError> {
         "epoch_s" => PlaceholderType::EpochS,
         "epoch_ms" => PlaceholderType::EpochMs,
         "iso8601" => PlaceholderType::Iso8601,
+        "iso8601_ms" => PlaceholderType::Iso8601Ms,
         "date" => PlaceholderType::Date,
         "uuid" => PlaceholderType::Uuid,
+        "lower" => PlaceholderType::Folded(Case::Lower),
+        "upper" => PlaceholderType::Folded(Case::Upper),
         "" => {
             return Err(error(
                 at,
@@ -967,7 +1067,11 @@ fn type_list() -> String {
 
 /// The valid type name an unknown one most likely meant.
 fn closest_type(text: &str) -> Option<&'static str> {
-    const ALIASES: [(&str, &str); 13] = [
+    const ALIASES: [(&str, &str); 17] = [
+        ("toisostring", "iso8601_ms"),
+        ("iso_ms", "iso8601_ms"),
+        ("lowercase", "lower"),
+        ("uppercase", "upper"),
         ("str", "string"),
         ("text", "string"),
         ("integer", "int"),
@@ -990,35 +1094,10 @@ fn closest_type(text: &str) -> Option<&'static str> {
     TYPE_NAMES
         .iter()
         .filter(|t| **t != "int(N)")
-        .map(|t| (edit_distance(&lower, t), *t))
+        .map(|t| (super::suggest::distance(&lower, t), *t))
         .min_by_key(|(d, _)| *d)
         .filter(|(d, _)| *d <= 2 || *d * 3 <= len)
         .map(|(_, t)| t)
-}
-
-/// Levenshtein distance with adjacent transpositions (optimal string alignment), over chars;
-/// the one measure behind every "did you mean" hint of the mapping loader and templates.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in rows.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in rows[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut d = (rows[i - 1][j] + 1).min(rows[i][j - 1] + 1).min(rows[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d = d.min(rows[i - 2][j - 2] + 1);
-            }
-            rows[i][j] = d;
-        }
-    }
-    rows[a.len()][b.len()]
 }
 
 /// Whether `name` is a valid placeholder name, `[a-z_][a-z0-9_]*`.
@@ -1195,6 +1274,33 @@ fn parse_iso8601(text: &str) -> Result<i64, Reason> {
     Ok(seconds * 1_000_000 + micros)
 }
 
+/// Milliseconds since the epoch of `YYYY-MM-DDTHH:MM:SS.fffZ` (exactly three fraction digits).
+fn parse_iso8601_ms(text: &str) -> Result<i64, Reason> {
+    let b = text.as_bytes();
+    if b.len() != 24 || b.get(19) != Some(&b'.') || b.get(23) != Some(&b'Z') {
+        // A valid instant in another spelling is not canonical; anything else is the wrong form.
+        return Err(if parse_iso8601(text).is_ok() { Reason::NotCanonical } else { Reason::Form });
+    }
+    let millis = digits_at(b, 20, 23).ok_or(Reason::Form)?;
+    let whole = format!("{}Z", text.get(..19).ok_or(Reason::Form)?);
+    let micros = parse_iso8601(&whole)?;
+    Ok(micros / 1_000 + i64::from(millis))
+}
+
+/// Writes `micros` (a whole number of milliseconds) as `YYYY-MM-DDTHH:MM:SS.fffZ`; `Ok(false)`
+/// (nothing written) outside years 0000-9999.
+fn write_iso8601_ms<W: fmt::Write>(micros: i64, w: &mut W) -> Result<bool, fmt::Error> {
+    const PER_DAY: i64 = 86_400_000_000;
+    let (y, m, d) = civil_from_days(micros.div_euclid(PER_DAY));
+    if !(0..=9999).contains(&y) {
+        return Ok(false);
+    }
+    let of_day = micros.rem_euclid(PER_DAY);
+    let (secs, frac) = (of_day / 1_000_000, of_day % 1_000_000);
+    write!(w, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", secs / 3600, secs / 60 % 60, secs % 60, frac / 1000)?;
+    Ok(true)
+}
+
 fn canonical_fraction_digits(micros: i64) -> usize {
     if micros == 0 {
         0
@@ -1273,6 +1379,7 @@ fn describe_value(value: &KeyValue) -> String {
             format!("the timestamp `{value}` ({unit} since the epoch)")
         }
         KeyValue::Date(_) => "a date".into(),
+        KeyValue::Folded { text, .. } => format!("text `{}`", shorten(text)),
     }
 }
 
@@ -1379,14 +1486,72 @@ mod tests {
             ("epoch_s", PlaceholderType::EpochS),
             ("epoch_ms", PlaceholderType::EpochMs),
             ("iso8601", PlaceholderType::Iso8601),
+            ("iso8601_ms", PlaceholderType::Iso8601Ms),
             ("date", PlaceholderType::Date),
             ("uuid", PlaceholderType::Uuid),
+            ("lower", PlaceholderType::Folded(Case::Lower)),
+            ("upper", PlaceholderType::Folded(Case::Upper)),
         ] {
             let t = tpl(&format!("X#{{v:{text}}}"));
             assert_eq!(t.placeholders()[0].ty, ty);
             assert_eq!(ty.to_string(), text);
         }
         assert_eq!(tpl("{v}").placeholders()[0].ty, PlaceholderType::String);
+    }
+
+    #[test]
+    fn iso8601_ms_values_as_javascript_writes_them() {
+        let ms = |v| Ok(ts(TimeUnit::Millisecond, v));
+        assert_eq!(one("iso8601_ms", "2024-03-01T12:00:00.000Z"), ms(1_709_294_400_000));
+        assert_eq!(one("iso8601_ms", "2024-03-01T12:00:00.001Z"), ms(1_709_294_400_001));
+        assert_eq!(one("iso8601_ms", "1970-01-01T00:00:00.000Z"), ms(0));
+        assert_eq!(one("iso8601_ms", "0000-01-01T00:00:00.000Z"), ms(-62_167_219_200_000));
+        for bad in [
+            "2024-03-01T12:00:00Z",
+            "2024-03-01T12:00:00.5Z",
+            "2024-03-01T12:00:00.500000Z",
+            "2024-03-01T12:00:00.000+00:00",
+            "2024-02-30T00:00:00.000Z",
+            "2024-03-01T24:00:00.000Z",
+            "2024-03-01 12:00:00.000Z",
+            "2024-03-01T12:00:00.0a0Z",
+            "+02024-03-01T12:00:00.000Z",
+            "2024-03-01T12:00:00.00éZ",
+        ] {
+            assert!(one("iso8601_ms", bad).is_err(), "{bad}");
+        }
+        let e = miss(&tpl("K#{at:iso8601_ms}"), "K#2024-03-01T12:00:00Z");
+        assert!(e.message.contains("canonical form"), "{}", e.message);
+        let t = tpl("K#{at:iso8601_ms}");
+        let render = |unit, value| t.render(&[Some(KeyValue::Timestamp { unit, value })]);
+        assert_eq!(render(TimeUnit::Second, 0).as_deref(), Ok("K#1970-01-01T00:00:00.000Z"));
+        assert_eq!(render(TimeUnit::Microsecond, 1_500_000).as_deref(), Ok("K#1970-01-01T00:00:01.500Z"));
+        assert!(render(TimeUnit::Microsecond, 1_500).is_err(), "below the millisecond");
+        assert!(render(TimeUnit::Millisecond, 253_402_300_800_000).is_err(), "year 10000");
+    }
+
+    #[test]
+    fn folded_values_are_case_folded_copies() {
+        let t = tpl("$shop#userid_{user_id:lower}");
+        let folded = |case, text: &str| Some(KeyValue::Folded { case, text: text.into() });
+        assert_eq!(caps(&t, "$shop#userid_jdoe42"), vec![folded(Case::Lower, "jdoe42")]);
+        assert_eq!(caps(&t, "$shop#userid_élodie-ü1"), vec![folded(Case::Lower, "élodie-ü1")]);
+        let e = miss(&t, "$shop#userid_JDoe42");
+        assert!(e.message.contains("is not lower-case text"), "{}", e.message);
+        assert_eq!(t.render(&[s("JDoe42")]).as_deref(), Ok("$shop#userid_jdoe42"), "rendering folds");
+        assert_eq!(t.render(&[s("ÉLodie")]).as_deref(), Ok("$shop#userid_élodie"));
+        assert!(t.render(&[s("")]).is_err());
+        let u = tpl("$TASK_1#STATUS_{status:upper}");
+        assert_eq!(caps(&u, "$TASK_1#STATUS_IN-PROGRESS"), vec![folded(Case::Upper, "IN-PROGRESS")]);
+        assert!(u.captures("$TASK_1#STATUS_in-progress").is_err());
+        assert_eq!(u.render(&[s("in-progress")]).as_deref(), Ok("$TASK_1#STATUS_IN-PROGRESS"));
+        // Digits and signs have no case: both accept them.
+        assert_eq!(one("lower", "42-#"), Ok(folded(Case::Lower, "42-#")));
+        assert_eq!(one("upper", "42-#"), Ok(folded(Case::Upper, "42-#")));
+        // As JavaScript folds: `ß` upper-cases to `SS`, a final sigma lower-cases to `ς`.
+        assert_eq!(Case::Upper.fold("straße"), "STRASSE");
+        assert_eq!(Case::Lower.fold("ΟΔΟΣ"), "οδος");
+        assert!(!Case::Upper.holds("STRAßE") && Case::Lower.holds("straße"));
     }
 
     #[test]
@@ -1868,6 +2033,9 @@ mod tests {
                 Just(PlaceholderType::Iso8601),
                 Just(PlaceholderType::Date),
                 Just(PlaceholderType::Uuid),
+                Just(PlaceholderType::Iso8601Ms),
+                Just(PlaceholderType::Folded(Case::Lower)),
+                Just(PlaceholderType::Folded(Case::Upper)),
             ]
             .boxed()
         }
@@ -1907,6 +2075,13 @@ mod tests {
                         .boxed()
                 }
                 PlaceholderType::Date => ((day0 as i32)..=(day_end as i32)).prop_map(KeyValue::Date).boxed(),
+                PlaceholderType::Iso8601Ms => (day0 * 86_400_000..=(day_end + 1) * 86_400_000 - 1)
+                    .prop_map(|value| KeyValue::Timestamp { unit: TimeUnit::Millisecond, value })
+                    .boxed(),
+                PlaceholderType::Folded(case) => {
+                    let case = *case;
+                    text(chars, 1..=6).prop_map(move |t| KeyValue::Folded { case, text: case.fold(&t) }).boxed()
+                }
                 PlaceholderType::Uuid => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
                     .prop_map(KeyValue::Str)
                     .boxed(),
@@ -2102,6 +2277,24 @@ mod tests {
                 if let Ok(t) = KeyTemplate::parse(&source) {
                     prop_assert_eq!(t.to_string(), source);
                     prop_assert!(t.placeholders().iter().all(|p| is_placeholder_name(&p.name)));
+                }
+            }
+
+            #[test]
+            fn iso8601_ms_text_is_javascripts(ms in -62_167_219_200_000i64..=253_402_300_799_999) {
+                let mut text = String::new();
+                prop_assert_eq!(write_iso8601_ms(ms * 1000, &mut text), Ok(true));
+                prop_assert_eq!(parse_iso8601_ms(&text), Ok(ms));
+                let chrono = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+                prop_assert_eq!(text, chrono.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string());
+            }
+
+            #[test]
+            fn folding_holds_after_folding(text in "\\PC{0,12}") {
+                for case in [Case::Lower, Case::Upper] {
+                    let folded = case.fold(&text);
+                    prop_assert!(case.holds(&folded), "{:?} {:?}", case, folded);
+                    prop_assert_eq!(case.holds(&text), folded == text);
                 }
             }
 

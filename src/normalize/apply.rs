@@ -16,9 +16,8 @@ use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
 use super::RejectReason;
 use crate::decode::{Item, Number, Value};
-use crate::mapping::file::Mapping;
-use crate::mapping::file::{
-    ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, TimestampFormat,
+use crate::mapping::{
+    ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, Mapping, TimestampFormat,
     UnmappedPolicy,
 };
 use crate::mapping::template::{KeyValue, TimeUnit};
@@ -197,7 +196,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                     }
                 },
             },
-            ColumnSource::Key { placeholder, .. } => {
+            ColumnSource::Key { placeholder, copy, .. } => {
                 let from_key = match captured.get(placeholder.as_str()) {
                     Some((kv, from)) => match key_value(kv, &c.ty) {
                         Ok(v) => Some(v),
@@ -217,17 +216,44 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                     },
                     None => None,
                 };
-                // An attribute named like the placeholder duplicates it: it must agree, and it
-                // fills the column when the key is absent (a sparse index).
-                let attr = get(placeholder).filter(|v| !matches!(v, Value::Null));
+                // The attribute holding a copy (by default the one named like the placeholder)
+                // duplicates it: it must agree, and it fills the column when the key is absent (a
+                // sparse index).
+                let attr = get(copy).filter(|v| !matches!(v, Value::Null));
+                // A case-folded key (`lower`/`upper`) holds a folded copy: the attribute keeps the
+                // real case, so it must fold to the key's text and gives the column its value.
+                let folded = match captured.get(placeholder.as_str()) {
+                    Some((KeyValue::Folded { case, text }, _)) => Some((*case, text.as_str())),
+                    _ => None,
+                };
                 match (from_key, attr) {
+                    (Some(k), Some(a)) if folded.is_some() => {
+                        let agrees =
+                            folded.is_some_and(|(case, text)| matches!(a, Value::S(s) if case.fold(s) == text));
+                        if !agrees {
+                            let f = Failure {
+                                kind: FailureKind::KeyConflict,
+                                attribute: copy.clone(),
+                                message: format!(
+                                    "entity `{}`: attribute `{copy}` ({}) does not fold to the value in the key ({})",
+                                    m.name,
+                                    value_text(a),
+                                    value_text(&k)
+                                ),
+                            };
+                            fail(f, &mut out)?;
+                            Some(k)
+                        } else {
+                            coerce(a, &c.ty).ok().or(Some(k))
+                        }
+                    }
                     (Some(k), Some(a)) => {
                         if coerce(a, &c.ty).ok().as_ref() != Some(&k) {
                             let f = Failure {
                                 kind: FailureKind::KeyConflict,
-                                attribute: placeholder.clone(),
+                                attribute: copy.clone(),
                                 message: format!(
-                                    "entity `{}`: attribute `{placeholder}` ({}) differs from the value in the key ({})",
+                                    "entity `{}`: attribute `{copy}` ({}) differs from the value in the key ({})",
                                     m.name,
                                     value_text(a),
                                     value_text(&k)
@@ -241,7 +267,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                     (None, Some(a)) => match coerce(a, &c.ty) {
                         Ok(v) => Some(v),
                         Err(expected) => {
-                            fail(coercion_failure(&m.name, placeholder, a, &expected), &mut out)?;
+                            fail(coercion_failure(&m.name, copy, a, &expected), &mut out)?;
                             None
                         }
                     },
@@ -307,7 +333,7 @@ fn claims(m: &EntityMapping, name: &str) -> bool {
     m.keys.iter().any(|k| k.attribute == name)
         || m.columns.iter().any(|c| match &c.source {
             ColumnSource::Attribute(a) => a == name,
-            ColumnSource::Key { placeholder, .. } => placeholder == name,
+            ColumnSource::Key { copy, .. } => copy == name,
         })
         || m.children.iter().any(|c| c.source == name)
         || m.drop.iter().any(|d| d == name)
@@ -436,7 +462,7 @@ fn push_extra<'a>(row: &mut Item<'a>, extra: &Item<'a>) {
 fn source_name(c: &ColumnMapping) -> &str {
     match &c.source {
         ColumnSource::Attribute(a) => a,
-        ColumnSource::Key { placeholder, .. } => placeholder,
+        ColumnSource::Key { copy, .. } => copy,
     }
 }
 
@@ -466,7 +492,7 @@ fn value_text(v: &Value<'_>) -> String {
 
 fn key_value_text(v: &KeyValue) -> String {
     match v {
-        KeyValue::Str(s) | KeyValue::Decimal(s) => s.clone(),
+        KeyValue::Str(s) | KeyValue::Decimal(s) | KeyValue::Folded { text: s, .. } => s.clone(),
         KeyValue::Int(i) => i.to_string(),
         KeyValue::Timestamp { unit, value } => format!("{value} ({unit:?} since the epoch)").to_lowercase(),
         KeyValue::Date(d) => format!("day {d}"),
@@ -499,8 +525,10 @@ fn convert_epoch(value: i64, from: TimeUnit, to: TimeUnit) -> Option<i64> {
 /// A key placeholder's value as a column value of type `ty`.
 fn key_value(kv: &KeyValue, ty: &DeclaredType) -> Result<Value<'static>, String> {
     match (kv, ty) {
-        (KeyValue::Str(s), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(s.clone()))),
-        (KeyValue::Str(s), other) => coerce(&Value::S(Cow::Owned(s.clone())), other),
+        (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, DeclaredType::Utf8) => {
+            Ok(Value::S(Cow::Owned(s.clone())))
+        }
+        (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, other) => coerce(&Value::S(Cow::Owned(s.clone())), other),
         (KeyValue::Int(i), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(i.to_string()))),
         (KeyValue::Int(i), other) => coerce(&number(i.to_string()), other),
         (KeyValue::Decimal(d), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(d.clone()))),
@@ -686,10 +714,9 @@ pub fn entity_schema(m: &EntityMapping) -> TableSchema {
         .map(|c| {
             let origin = match &c.source {
                 ColumnSource::Attribute(a) => format!("{}; attribute={a}", dynamodb_label(&c.ty)),
-                ColumnSource::Key { attribute, placeholder } => {
+                ColumnSource::Key { attribute, .. } => {
                     let t =
                         m.keys.iter().find(|k| &k.attribute == attribute).map(|k| k.template.source()).unwrap_or("");
-                    let _ = placeholder;
                     format!("S; key={attribute} {t}")
                 }
             };
@@ -806,7 +833,7 @@ pub fn column_type(ty: &DeclaredType) -> ColumnType {
 mod tests {
     use super::*;
     use crate::decode::json::put_line as decode_export_line;
-    use crate::mapping::file::parse_str;
+    use crate::mapping::parse_str;
 
     const MAPPING: &str = r#"
 [settings]
@@ -855,6 +882,44 @@ columns = [
         assert!(a.unmapped.is_empty() && a.nulled.is_empty());
     }
 
+    /// ElectroDB-style keys: lower-cased copies of camelCase attributes (`copy`), and
+    /// OneTable-style `toISOString()` timestamps.
+    #[test]
+    fn folded_keys_take_the_case_from_their_copy() {
+        let m = parse_str(
+            std::path::Path::new("f.toml"),
+            r#"
+[entity.user]
+keys = { pk = "$shop#userid_{user_id:lower}", sk = "$user_1#at_{at:iso8601_ms}" }
+columns = [ { name = "user_id", copy = "userId", required = true } ]
+"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let e = &m.entities[0];
+        // (user_id, at, unmapped attributes) of one item, or its failure.
+        let run = |user: &str| -> Result<(Option<String>, String, Vec<String>), Failure> {
+            let line = format!(
+                r#"{{"Item":{{"pk":{{"S":"$shop#userid_jdoe42"}},"sk":{{"S":"$user_1#at_2024-03-01T12:00:00.000Z"}}{user}}}}}"#
+            );
+            let item = decode_export_line(&line).unwrap();
+            let a = apply(e, &item, "Type")?;
+            let user_id = match get(&a.row, "user_id") {
+                Some(Value::S(s)) => Some(s.to_string()),
+                _ => None,
+            };
+            Ok((user_id, num(get(&a.row, "at")), a.unmapped.clone()))
+        };
+        let (user_id, at, unmapped) = run(r#","userId":{"S":"JDoe42"}"#).unwrap();
+        assert_eq!(user_id.as_deref(), Some("JDoe42"), "the attribute's case");
+        assert_eq!(at, "1709294400000");
+        assert!(unmapped.is_empty(), "the copy is consumed: {unmapped:?}");
+        let (user_id, _, _) = run("").unwrap();
+        assert_eq!(user_id.as_deref(), Some("jdoe42"), "without the copy, the key's text");
+        let f = run(r#","userId":{"S":"Someone"}"#).unwrap_err();
+        assert_eq!((f.kind, f.attribute.as_str()), (FailureKind::KeyConflict, "userId"));
+        assert!(f.message.contains("does not fold"), "{}", f.message);
+    }
+
     #[test]
     fn failures_name_the_attribute_and_the_form() {
         let m = mapping();
@@ -889,7 +954,7 @@ columns = [
     #[test]
     fn claims_agrees_with_claimed_attributes() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/ecommerce.toml");
-        let m = crate::mapping::file::load(&[path]).unwrap();
+        let m = parse_str(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
         for e in &m.entities {
             let claimed = e.claimed_attributes();
             let mut names: Vec<&str> = claimed.iter().copied().collect();

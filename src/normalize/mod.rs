@@ -22,7 +22,7 @@ pub use builder::{BatchBuilder, NormalizeError};
 pub use reject::{RejectReason, RejectRow, RejectsBuilder, rejects_schema};
 
 use crate::decode::{DecodeError, Item, Record, Value};
-use crate::mapping::file::{Mapping, UnmatchedPolicy};
+use crate::mapping::{Mapping, UnmatchedPolicy};
 use crate::schema::TableSchema;
 
 /// Which output table a row belongs to.
@@ -249,7 +249,7 @@ mod tests {
         let untyped = Record::Put(put_line(r#"{"Item":{"PK":{"S":"a"},"Type":{"N":"1"}}}"#));
         assert!(matches!(n.normalize(&untyped), Normalized::Inferred { entity: None, .. }));
 
-        let m = crate::mapping::file::parse_str(
+        let m = crate::mapping::parse_str(
             std::path::Path::new("m.toml"),
             "[settings]\nunmatched = \"reject\"\n[entity.User]\ntable = \"users\"\nkeys = { PK = \"USER#{id}\" }\n",
         )

@@ -31,7 +31,7 @@ use tracing::info;
 pub use progress::{Phase, Progress};
 
 use crate::aws::AwsOptions;
-use crate::mapping::file::Mapping;
+use crate::mapping::Mapping;
 use crate::normalize::{MappedTables, NormalizeError};
 use crate::schema::TableSchema;
 use crate::sink::manifest::{ReportOptions, RunManifest, Timings};

@@ -20,7 +20,7 @@ use super::spill;
 use super::walk::{Unit, corrupt_warning, unit};
 use super::{UnwindError, UnwindSettings};
 use crate::decode::{Item, Record};
-use crate::mapping::file::Mapping;
+use crate::mapping::Mapping;
 use crate::mapping::infer::EntityShape;
 use crate::normalize::{EntityStats, MappedTables, Normalized, Normalizer, Reject, RejectReason, RejectRow, TableId};
 use crate::source::frame::{FileDigest, Frame, Framer};

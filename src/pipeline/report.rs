@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::UnwindError;
 use super::read::ReadResult;
 use super::write::Written;
-use crate::mapping::file::Mapping;
+use crate::mapping::Mapping;
 use crate::normalize::naming::REJECTS_TABLE;
 use crate::normalize::{EntityStats, MappedTables};
 use crate::sink::manifest::{EntityReport, InputReport, MappingReport, Reconciliation};

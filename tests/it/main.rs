@@ -5,6 +5,7 @@ mod atomic;
 mod aws;
 mod common;
 mod corpus;
+mod import;
 mod interop;
 mod mapping;
 mod real_export;
