@@ -10,4 +10,5 @@ mod mapping;
 mod real_export;
 mod roundtrip;
 mod sample;
+mod shapes;
 mod sql;
