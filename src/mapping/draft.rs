@@ -138,8 +138,11 @@ impl Drafter {
         let tables = naming::assign(&names);
         let mut entities = Vec::new();
         for (name, e) in self.entities {
-            let schema = e.shape.schema(&name, Some(&name), &mut Vec::new());
-            let attr_names: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
+            let schema = e.shape.schema(&name, Some(&name), &mut Vec::new()).schema;
+            // Attributes, not the extra column of an entity with very many names.
+            let attributes: Vec<&crate::schema::Column> =
+                schema.columns.iter().filter(|c| Some(&c.name) != schema.extra.as_ref()).collect();
+            let attr_names: Vec<&str> = attributes.iter().map(|c| c.source.as_str()).collect();
             let mut keys = Vec::new();
             let mut taken: Vec<String> = Vec::new();
             // Table keys first (`PK`, then `SK`), then index keys by name.
@@ -163,13 +166,12 @@ impl Drafter {
                     keys.push(DraftKey { attribute: attr.clone(), inferred: t, total: ks.total, matched_all: 0 });
                 }
             }
-            let columns = schema
-                .columns
+            let columns = attributes
                 .iter()
-                .filter(|c| c.name != self.type_attribute && !e.keys.contains_key(&c.name))
+                .filter(|c| c.source != self.type_attribute && !e.keys.contains_key(&c.source))
                 .map(|c| {
                     let present: u64 = c.seen.iter().filter(|(k, _)| *k != "NULL").map(|(_, n)| n).sum();
-                    DraftColumn { name: c.name.clone(), ty: declared(&c.ty), required: present == e.shape.items }
+                    DraftColumn { name: c.source.clone(), ty: declared(&c.ty), required: present == e.shape.items }
                 })
                 .collect();
             let table = tables.get(&name).cloned().unwrap_or_else(|| naming::snake_case(&name));

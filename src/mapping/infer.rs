@@ -19,10 +19,28 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::decode::{Item, Number, TypeTag, Value};
-use crate::schema::{Column, ColumnType, DECIMAL_PRECISION, SetKind, StructField, TableSchema, Widening};
+use crate::schema::{
+    Column, ColumnType, DECIMAL_PRECISION, Demoted, ENCODING_PREFIX, Renamed, SetKind, StructField, TableSchema,
+    Widening,
+};
 
 /// A map with more distinct field names than this over all items is kept as JSON text.
 pub const MAX_STRUCT_FIELDS: usize = 64;
+
+/// An inferred table has at most this many attribute columns. Beyond it (entities with dynamic
+/// attribute names such as `stat#2026-01-01`), only attributes present in at least
+/// [`MIN_SHARE_PERCENT`] of the entity's items are columns, most frequent first, and every other
+/// attribute goes to the table's extra column as a DynamoDB JSON item.
+pub const MAX_COLUMNS: usize = 1024;
+/// See [`MAX_COLUMNS`].
+pub const MIN_SHARE_PERCENT: u64 = 1;
+/// Distinct attribute names of one entity whose shapes are tracked. An entity with more names
+/// keeps as columns only the attributes every one of its items has (their shapes are exact
+/// whatever the order items were read in); the rest go to the extra column. This bounds the
+/// memory of inference whatever the number of names.
+pub const MAX_TRACKED_ATTRIBUTES: usize = 100_000;
+/// The name of the extra column of inferred tables (with a suffix if an attribute has it).
+pub const EXTRA_COLUMN: &str = "_extra";
 
 /// What numbers an attribute held.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -228,6 +246,12 @@ pub fn resolve(shape: &Shape, table: &str, path: &str, widenings: &mut Vec<Widen
             ColumnType::List { element: Box::new(element), set: None }
         }
         [TypeTag::M] => match &shape.map_fields {
+            Some(fields) if case_collision(fields.keys()).is_some() => {
+                let ty = ColumnType::Json;
+                let (a, b) = case_collision(fields.keys()).unwrap_or_default();
+                widen(&ty, format!("map field names `{a}` and `{b}` differ only in case: json"));
+                ty
+            }
             Some(fields) if !fields.is_empty() => ColumnType::Struct {
                 fields: fields
                     .iter()
@@ -258,6 +282,17 @@ pub fn resolve(shape: &Shape, table: &str, path: &str, widenings: &mut Vec<Widen
     }
 }
 
+/// Two names among `names` that are equal without regard to case, if any.
+fn case_collision<'n>(names: impl Iterator<Item = &'n String>) -> Option<(String, String)> {
+    let mut seen: HashMap<String, &str> = HashMap::new();
+    for n in names {
+        if let Some(first) = seen.insert(n.to_lowercase(), n) {
+            return Some((first.to_owned(), n.clone()));
+        }
+    }
+    None
+}
+
 /// Where an attribute was first seen, to order columns as the data does.
 pub type FirstSeen = (u32, u64, u32);
 
@@ -267,6 +302,16 @@ pub struct EntityShape {
     pub items: u64,
     attrs: Vec<(Box<str>, FirstSeen, Shape)>,
     index: HashMap<Box<str>, usize>,
+    /// More than [`MAX_TRACKED_ATTRIBUTES`] names were seen: some are not tracked.
+    overflowed: bool,
+}
+
+/// A table's schema as inference chose it, with what it kept out of the columns and renamed.
+#[derive(Debug, Clone)]
+pub struct InferredSchema {
+    pub schema: TableSchema,
+    pub demoted: Option<Demoted>,
+    pub renamed: Vec<Renamed>,
 }
 
 impl EntityShape {
@@ -279,6 +324,10 @@ impl EntityShape {
                 Some((n, _, _)) if **n == **name => pos,
                 _ => match self.index.get(name.as_ref()) {
                     Some(&i) => i,
+                    None if self.attrs.len() >= MAX_TRACKED_ATTRIBUTES => {
+                        self.overflowed = true;
+                        continue;
+                    }
                     None => {
                         let i = self.attrs.len();
                         let boxed: Box<str> = name.as_ref().into();
@@ -294,6 +343,7 @@ impl EntityShape {
 
     pub fn merge(&mut self, other: &EntityShape) {
         self.items += other.items;
+        self.overflowed |= other.overflowed;
         for (name, first, shape) in &other.attrs {
             match self.index.get(name) {
                 Some(&i) => {
@@ -307,13 +357,41 @@ impl EntityShape {
                 }
             }
         }
+        // Merging happens once per worker at the end; the union may pass the bound, which then
+        // holds for the merged shape as it would for one worker.
+        if self.attrs.len() > MAX_TRACKED_ATTRIBUTES {
+            self.overflowed = true;
+        }
     }
 
-    /// The table schema: columns in the order attributes first appear in the input.
-    pub fn schema(&self, table: &str, entity: Option<&str>, widenings: &mut Vec<Widening>) -> TableSchema {
+    /// The table schema: columns in the order attributes first appear in the input, at most
+    /// [`MAX_COLUMNS`] of them (see there), with names unique without regard to case.
+    pub fn schema(&self, table: &str, entity: Option<&str>, widenings: &mut Vec<Widening>) -> InferredSchema {
+        let present = |s: &Shape| s.counts.iter().sum::<u64>();
         let mut attrs: Vec<&(Box<str>, FirstSeen, Shape)> = self.attrs.iter().collect();
+        // Which attributes are columns; the decision depends on counts only, never on the order
+        // in which workers read files.
+        let mut demoted: Vec<&(Box<str>, FirstSeen, Shape)> = Vec::new();
+        let mut reason = String::new();
+        if self.overflowed {
+            let (keep, out): (Vec<_>, Vec<_>) = attrs.into_iter().partition(|a| present(&a.2) == self.items);
+            attrs = keep;
+            demoted = out;
+            reason = format!(
+                "the entity has more than {MAX_TRACKED_ATTRIBUTES} distinct attribute names: only attributes every item has are columns"
+            );
+        } else if attrs.len() > MAX_COLUMNS {
+            let floor = self.items.saturating_mul(MIN_SHARE_PERCENT).div_ceil(100).max(1);
+            attrs.sort_by(|a, b| present(&b.2).cmp(&present(&a.2)).then_with(|| a.1.cmp(&b.1)));
+            let cut = attrs.iter().take(MAX_COLUMNS).take_while(|a| present(&a.2) >= floor).count();
+            demoted = attrs.split_off(cut);
+            reason = format!(
+                "the entity has {} distinct attribute names, more than {MAX_COLUMNS}: attributes in fewer than {MIN_SHARE_PERCENT}% of its items, and beyond the {MAX_COLUMNS} most frequent, are kept in the extra column",
+                self.attrs.len()
+            );
+        }
         attrs.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-        let columns = attrs
+        let mut columns: Vec<Column> = attrs
             .into_iter()
             .map(|(name, _, shape)| Column {
                 name: name.to_string(),
@@ -323,8 +401,73 @@ impl EntityShape {
                 seen: shape.seen(),
             })
             .collect();
-        TableSchema { table: table.to_owned(), entity: entity.map(str::to_owned), columns }
+        let demoted = if demoted.is_empty() && !self.overflowed {
+            None
+        } else {
+            demoted.sort_by(|a, b| present(&b.2).cmp(&present(&a.2)).then_with(|| a.1.cmp(&b.1)));
+            let label =
+                format!("attributes kept out of the columns, as a DynamoDB JSON item; {ENCODING_PREFIX}dynamodb-json");
+            columns.push(Column {
+                name: EXTRA_COLUMN.to_owned(),
+                source: EXTRA_COLUMN.to_owned(),
+                ty: ColumnType::Utf8,
+                nullable: true,
+                seen: [(label, 0)].into(),
+            });
+            Some(Demoted {
+                table: table.to_owned(),
+                column: String::new(), // named once names are unique
+                attributes: demoted.len() as u64,
+                examples: demoted.iter().take(10).map(|a| a.0.to_string()).collect(),
+                reason,
+            })
+        };
+        let mut renamed = unique_names(table, &mut columns);
+        let extra = demoted.as_ref().and_then(|_| columns.last()).map(|c| c.name.clone());
+        // The extra column is not an attribute: its name is reported with what it holds.
+        renamed.retain(|r| Some(&r.column) != extra.as_ref());
+        let demoted = demoted.map(|mut d| {
+            d.column = extra.clone().unwrap_or_default();
+            d
+        });
+        InferredSchema {
+            schema: TableSchema { table: table.to_owned(), entity: entity.map(str::to_owned), columns, extra },
+            demoted,
+            renamed,
+        }
     }
+}
+
+/// Makes column names unique without regard to case: the first keeps its name, later ones get
+/// the lowest free suffix `_2`, `_3`, ... Returns the renamings.
+fn unique_names(table: &str, columns: &mut [Column]) -> Vec<Renamed> {
+    let mut taken: std::collections::HashSet<String> = std::collections::HashSet::with_capacity(columns.len());
+    let mut renamed = Vec::new();
+    // Names as they are reserve their lowercase form first, so a suffix never takes a name an
+    // attribute has.
+    let all: std::collections::HashSet<String> = columns.iter().map(|c| c.name.to_lowercase()).collect();
+    for c in columns.iter_mut() {
+        if taken.insert(c.name.to_lowercase()) {
+            continue;
+        }
+        let mut n = 2;
+        let name = loop {
+            let candidate = format!("{}_{n}", c.name);
+            let lower = candidate.to_lowercase();
+            if !all.contains(&lower) && taken.insert(lower) {
+                break candidate;
+            }
+            n += 1;
+        };
+        renamed.push(Renamed {
+            table: table.to_owned(),
+            attribute: c.source.clone(),
+            column: name.clone(),
+            reason: "another column has the same name without regard to case".into(),
+        });
+        c.name = name;
+    }
+    renamed
 }
 
 #[cfg(test)]
@@ -338,7 +481,7 @@ mod tests {
             shape.observe(&decode_export_line(l), 0, i as u64 + 1);
         }
         let mut w = Vec::new();
-        (shape.schema("t", Some("T"), &mut w), w)
+        (shape.schema("t", Some("T"), &mut w).schema, w)
     }
 
     fn ty<'a>(s: &'a TableSchema, col: &str) -> &'a ColumnType {
@@ -410,7 +553,7 @@ mod tests {
             merged.merge(p);
         }
         let (mut w1, mut w2) = (Vec::new(), Vec::new());
-        assert_eq!(one.schema("t", None, &mut w1), merged.schema("t", None, &mut w2));
+        assert_eq!(one.schema("t", None, &mut w1).schema, merged.schema("t", None, &mut w2).schema);
         assert_eq!(w1, w2);
     }
 
@@ -422,7 +565,72 @@ mod tests {
             shape.observe(&decode_export_line(&line), 0, i as u64);
         }
         let mut w = Vec::new();
-        let s = shape.schema("t", None, &mut w);
+        let s = shape.schema("t", None, &mut w).schema;
         assert_eq!(s.columns[0].ty, ColumnType::Json);
+    }
+
+    #[test]
+    fn names_differing_only_in_case_get_suffixes() {
+        let (s, _) = schema_of(&[r#"{"Item":{"Price":{"N":"1.5"},"price":{"N":"2"},"PRICE_2":{"S":"x"}}}"#]);
+        let names: Vec<(&str, &str)> = s.columns.iter().map(|c| (c.name.as_str(), c.source.as_str())).collect();
+        // `price_2` is taken (without regard to case) by an attribute, so the suffix moves on.
+        assert_eq!(names, vec![("Price", "Price"), ("price_3", "price"), ("PRICE_2", "PRICE_2")]);
+        // A map whose field names differ only in case is kept as JSON.
+        let (s, w) = schema_of(&[r#"{"Item":{"a":{"M":{"City":{"S":"x"},"city":{"S":"y"}}}}}"#]);
+        assert_eq!(s.columns[0].ty, ColumnType::Json);
+        assert!(w[0].reason.contains("differ only in case"), "{:?}", w);
+    }
+
+    #[test]
+    fn many_rare_attributes_go_to_the_extra_column() {
+        let mut shape = EntityShape::default();
+        let n = MAX_COLUMNS + 500;
+        for i in 0..n {
+            let line =
+                format!(r#"{{"Item":{{"PK":{{"S":"K#{i}"}},"common":{{"N":"{}"}},"stat#{i}":{{"N":"1"}}}}}}"#, i % 3);
+            shape.observe(&decode_export_line(&line), 0, i as u64 + 1);
+        }
+        let mut w = Vec::new();
+        let inferred = shape.schema("t", Some("T"), &mut w);
+        let names: Vec<&str> = inferred.schema.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["PK", "common", EXTRA_COLUMN]);
+        assert_eq!(inferred.schema.extra.as_deref(), Some(EXTRA_COLUMN));
+        let d = inferred.demoted.unwrap();
+        assert_eq!(d.attributes, n as u64);
+        assert!(d.reason.contains("1%"), "{}", d.reason);
+        // Under the cap every attribute stays a column, however rare.
+        let (s, _) = schema_of(&[r#"{"Item":{"a":{"S":"x"}}}"#, r#"{"Item":{"b":{"S":"y"}}}"#]);
+        assert_eq!(s.columns.len(), 2);
+        assert!(s.extra.is_none());
+    }
+
+    #[test]
+    fn tracking_is_bounded_and_the_choice_does_not_depend_on_order() {
+        // Two workers each see a different half; merged either way, the same schema results.
+        let line = |i: usize| format!(r#"{{"Item":{{"PK":{{"S":"K#{i}"}},"x{i}":{{"N":"1"}}}}}}"#);
+        let half = MAX_TRACKED_ATTRIBUTES / 2 + 10;
+        let mut a = EntityShape::default();
+        let mut b = EntityShape::default();
+        for i in 0..half {
+            a.observe(&decode_export_line(&line(i)), 0, i as u64);
+            b.observe(&decode_export_line(&line(half + i)), 1, i as u64);
+        }
+        let mut ab = a.clone();
+        ab.merge(&b);
+        let mut ba = b.clone();
+        ba.merge(&a);
+        let (mut w1, mut w2) = (Vec::new(), Vec::new());
+        let s1 = ab.schema("t", None, &mut w1);
+        let s2 = ba.schema("t", None, &mut w2);
+        assert_eq!(s1.schema, s2.schema);
+        let names: Vec<&str> = s1.schema.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["PK", EXTRA_COLUMN]);
+        assert!(s1.demoted.unwrap().reason.contains("every item"), "only attributes every item has stay");
+        // One worker alone stops tracking new names at the bound.
+        let mut one = EntityShape::default();
+        for i in 0..MAX_TRACKED_ATTRIBUTES + 5 {
+            one.observe(&decode_export_line(&line(i)), 0, i as u64);
+        }
+        assert!(one.overflowed && one.attrs.len() == MAX_TRACKED_ATTRIBUTES);
     }
 }

@@ -730,7 +730,7 @@ pub fn entity_schema(m: &EntityMapping) -> TableSchema {
             "unmapped attributes as a DynamoDB JSON item; encoding=dynamodb-json".into(),
         ));
     }
-    TableSchema { table: m.table.clone(), entity: Some(m.name.clone()), columns }
+    TableSchema { table: m.table.clone(), entity: Some(m.name.clone()), columns, extra: None }
 }
 
 /// The schema of a child table: parent columns, position, element fields.
@@ -752,7 +752,7 @@ pub fn child_schema(m: &EntityMapping, child: &ChildMapping) -> TableSchema {
             format!("fields of `{}` elements no column names; encoding=dynamodb-json", child.source),
         ));
     }
-    TableSchema { table: child.table.clone(), entity: Some(m.name.clone()), columns }
+    TableSchema { table: child.table.clone(), entity: Some(m.name.clone()), columns, extra: None }
 }
 
 fn column(name: &str, ty: &DeclaredType, origin: String) -> Column {

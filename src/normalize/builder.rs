@@ -389,6 +389,9 @@ pub struct BatchBuilder {
     cols: Vec<Col>,
     slots: Vec<usize>,
     rows: usize,
+    /// The column that takes attributes without one of their own, as a DynamoDB JSON item.
+    extra: Option<usize>,
+    extra_text: String,
 }
 
 impl BatchBuilder {
@@ -396,8 +399,19 @@ impl BatchBuilder {
         let schema = Arc::new(table.arrow_schema());
         let cols = table.columns.iter().zip(schema.fields()).map(|(c, f)| Col::new(&c.ty, f.data_type())).collect();
         let names: Vec<String> = table.columns.iter().map(|c| c.source.clone()).collect();
-        let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        BatchBuilder { table: table.table.clone(), schema, names, index, cols, slots: Vec::new(), rows: 0 }
+        let extra = table.extra.as_ref().and_then(|e| table.columns.iter().position(|c| &c.name == e));
+        let index = names.iter().enumerate().filter(|(i, _)| Some(*i) != extra).map(|(i, n)| (n.clone(), i)).collect();
+        BatchBuilder {
+            table: table.table.clone(),
+            schema,
+            names,
+            index,
+            cols,
+            slots: Vec::new(),
+            rows: 0,
+            extra,
+            extra_text: String::new(),
+        }
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -412,18 +426,37 @@ impl BatchBuilder {
         // Position of each column's attribute in the item; reused across rows.
         self.slots.clear();
         self.slots.resize(self.cols.len(), usize::MAX);
+        let mut extras: Vec<usize> = Vec::new();
         for (pos, (name, _)) in item.iter().enumerate() {
             let i = match self.names.get(pos) {
-                Some(n) if n == name => pos,
-                _ => *self.index.get(name.as_ref()).ok_or_else(|| NormalizeError::UnknownAttribute {
-                    table: self.table.clone(),
-                    attribute: name.to_string(),
-                })?,
+                Some(n) if n == name && Some(pos) != self.extra => pos,
+                _ => match self.index.get(name.as_ref()) {
+                    Some(&i) => i,
+                    None if self.extra.is_some() => {
+                        extras.push(pos);
+                        continue;
+                    }
+                    None => {
+                        return Err(NormalizeError::UnknownAttribute {
+                            table: self.table.clone(),
+                            attribute: name.to_string(),
+                        });
+                    }
+                },
             };
             self.slots[i] = pos;
         }
+        let extra_value = match self.extra {
+            Some(_) if !extras.is_empty() => {
+                let kept: Item<'_> = extras.iter().map(|&p| item[p].clone()).collect();
+                self.extra_text.clear();
+                crate::decode::write_item_json(&kept, &mut self.extra_text);
+                Some(Value::S(Cow::Borrowed(self.extra_text.as_str())))
+            }
+            _ => None,
+        };
         for (i, col) in self.cols.iter_mut().enumerate() {
-            let v = item.get(self.slots[i]).map(|(_, v)| v);
+            let v = if Some(i) == self.extra { extra_value.as_ref() } else { item.get(self.slots[i]).map(|(_, v)| v) };
             col.append(v).map_err(|m| NormalizeError::Mismatch {
                 table: self.table.clone(),
                 column: self.names[i].clone(),

@@ -6,10 +6,24 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const UNTYPED_TABLE: &str = "_untyped";
 /// The table of rejected lines and items.
 pub const REJECTS_TABLE: &str = "_rejects";
+/// The longest table name, in bytes. Names are folder names: a type value of any length still
+/// gets a table, named by its start and a stable hash of the whole value.
+pub const MAX_TABLE_NAME: usize = 96;
+/// Hex digits of the hash that ends a shortened name.
+const HASH_DIGITS: usize = 8;
 
 /// `OrderItem` becomes `order_item`, `user-profile` becomes `user_profile`: lowercase ASCII
 /// letters, digits and `_`, never starting with `_` (reserved for etl's own tables) or a digit.
 pub fn snake_case(entity: &str) -> String {
+    bounded(base_name(entity), entity)
+}
+
+/// Whether `entity`'s table name had to be shortened to [`MAX_TABLE_NAME`].
+pub fn is_shortened(entity: &str) -> bool {
+    base_name(entity).len() > MAX_TABLE_NAME
+}
+
+fn base_name(entity: &str) -> String {
     let mut out = String::with_capacity(entity.len() + 4);
     let chars: Vec<char> = entity.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
@@ -36,6 +50,19 @@ pub fn snake_case(entity: &str) -> String {
         return "t_entity".into();
     }
     if trimmed.starts_with(|c: char| c.is_ascii_digit()) { format!("t_{trimmed}") } else { trimmed }
+}
+
+/// `name` if it fits [`MAX_TABLE_NAME`], else its start and the first hex digits of the MD5 of
+/// the whole entity value (names are ASCII here, so bytes are characters).
+fn bounded(name: String, entity: &str) -> String {
+    if name.len() <= MAX_TABLE_NAME {
+        return name;
+    }
+    use md5::Digest as _;
+    let digest = md5::Md5::digest(entity.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let keep = name[..MAX_TABLE_NAME - HASH_DIGITS - 1].trim_end_matches('_');
+    format!("{keep}_{}", &hex[..HASH_DIGITS])
 }
 
 /// Assigns each entity value a unique table name; collisions get `_2`, `_3`... in the order of
@@ -75,6 +102,14 @@ mod tests {
         ] {
             assert_eq!(snake_case(e), want, "{e}");
         }
+        // A type value longer than any file name gets a bounded, stable name.
+        let long = "VeryLongEntity".repeat(1000);
+        let name = snake_case(&long);
+        assert!(name.len() <= MAX_TABLE_NAME, "{}", name.len());
+        assert!(name.starts_with("very_long_entity_very_long"), "{name}");
+        assert_eq!(name, snake_case(&long));
+        assert!(is_shortened(&long) && !is_shortened("OrderItem"));
+        assert_ne!(name, snake_case(&format!("{long}x")));
         let set: BTreeSet<String> = ["Order", "order", "ORDER"].iter().map(|s| s.to_string()).collect();
         let got = assign(&set);
         assert_eq!(got["ORDER"], "order");

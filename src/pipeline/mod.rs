@@ -195,6 +195,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
 
     let inputs = report::inputs(&plan, &read, &mut warnings);
     warnings.extend(read.warnings.iter().cloned());
+    warnings.extend(report::schema_warnings(&written));
     let reconciliation = report::reconcile(&plan, &read, &written)?;
     let rejects = reconciliation.rejects;
 
@@ -216,6 +217,8 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         tables: written.tables,
         rejects_by_reason: report::rejects_by_reason(&read),
         widenings: written.widenings,
+        demoted_attributes: written.demoted,
+        renamed_columns: written.renamed,
         mapping: settings
             .mapping
             .as_deref()

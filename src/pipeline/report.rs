@@ -141,6 +141,29 @@ pub fn mapping(m: &Mapping, tables: &MappedTables, stats: &[EntityStats]) -> Map
     }
 }
 
+/// Warnings about table shapes a reader should know of: long type values with shortened table
+/// names, attributes kept out of columns, columns renamed to be unique without regard to case.
+pub fn schema_warnings(written: &Written) -> Vec<String> {
+    let mut out = Vec::new();
+    for (entity, table) in &written.shortened {
+        let shown: String = entity.chars().take(40).collect();
+        out.push(format!(
+            "entity `{shown}…` ({} bytes) is too long for a table name: its table is `{table}`",
+            entity.len()
+        ));
+    }
+    for d in &written.demoted {
+        out.push(format!(
+            "table `{}`: {} attributes are kept in column `{}` as DynamoDB JSON, not as columns ({})",
+            d.table, d.attributes, d.column, d.reason
+        ));
+    }
+    for r in &written.renamed {
+        out.push(format!("table `{}`: attribute `{}` is column `{}`: {}", r.table, r.attribute, r.column, r.reason));
+    }
+    out
+}
+
 /// Reject counts by reason code.
 pub fn rejects_by_reason(read: &ReadResult) -> BTreeMap<String, u64> {
     read.reject_counts.iter().map(|(r, n)| (r.code().to_owned(), *n)).collect()

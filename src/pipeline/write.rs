@@ -17,7 +17,7 @@ use super::spill;
 use super::{UnwindError, UnwindSettings};
 use crate::normalize::naming::{self, REJECTS_TABLE, UNTYPED_TABLE};
 use crate::normalize::{BatchBuilder, MappedTables, RejectsBuilder, TableId, rejects_schema};
-use crate::schema::{TableSchema, Widening};
+use crate::schema::{Demoted, Renamed, TableSchema, Widening};
 use crate::sink::manifest::{FileReport, TableReport};
 use crate::sink::parquet::plan_parts;
 use crate::sink::{Sink, SinkError};
@@ -28,6 +28,10 @@ pub struct Written {
     pub tables: Vec<TableReport>,
     pub schemas: Vec<TableSchema>,
     pub widenings: Vec<Widening>,
+    pub demoted: Vec<Demoted>,
+    pub renamed: Vec<Renamed>,
+    /// `(entity, table)` for type values too long to name their table in full.
+    pub shortened: Vec<(String, String)>,
 }
 
 enum TableKind {
@@ -73,6 +77,8 @@ pub fn write_all(
 ) -> Result<Written, UnwindError> {
     let names = inferred_names(read, mapped);
     let mut widenings = Vec::new();
+    let mut demoted = Vec::new();
+    let mut renamed = Vec::new();
     let mut jobs: Vec<TableJob> = Vec::new();
     let mut by_table: HashMap<TableId, Vec<ChunkRef>> = HashMap::new();
     for c in &read.chunks {
@@ -99,14 +105,23 @@ pub fn write_all(
             );
         }
     }
+    let mut shortened = Vec::new();
     for (entity, shape) in &read.shapes {
         let table = names.get(entity.as_ref()).cloned().unwrap_or_else(|| naming::snake_case(entity));
-        let schema = shape.schema(&table, Some(entity), &mut widenings);
-        add_job(table, Some(entity.to_string()), TableKind::Items(Box::new(schema)), TableId::Entity(entity.clone()));
+        if naming::is_shortened(entity) {
+            shortened.push((entity.to_string(), table.clone()));
+        }
+        let inferred = shape.schema(&table, Some(entity), &mut widenings);
+        demoted.extend(inferred.demoted);
+        renamed.extend(inferred.renamed);
+        let kind = TableKind::Items(Box::new(inferred.schema));
+        add_job(table, Some(entity.to_string()), kind, TableId::Entity(entity.clone()));
     }
     if let Some(shape) = &read.untyped {
-        let schema = shape.schema(UNTYPED_TABLE, None, &mut widenings);
-        add_job(UNTYPED_TABLE.to_owned(), None, TableKind::Items(Box::new(schema)), TableId::Untyped);
+        let inferred = shape.schema(UNTYPED_TABLE, None, &mut widenings);
+        demoted.extend(inferred.demoted);
+        renamed.extend(inferred.renamed);
+        add_job(UNTYPED_TABLE.to_owned(), None, TableKind::Items(Box::new(inferred.schema)), TableId::Untyped);
     }
     add_job(REJECTS_TABLE.to_owned(), None, TableKind::Rejects, TableId::Rejects);
     jobs.sort_by(|a, b| a.name.cmp(&b.name));
@@ -166,7 +181,7 @@ pub fn write_all(
             schemas.push(*s);
         }
     }
-    Ok(Written { tables, schemas, widenings })
+    Ok(Written { tables, schemas, widenings, demoted, renamed, shortened })
 }
 
 fn write_part(

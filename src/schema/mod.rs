@@ -133,6 +133,29 @@ pub struct Widening {
     pub reason: String,
 }
 
+/// Attributes inference kept out of a table's columns, into its extra column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Demoted {
+    pub table: String,
+    /// The column that holds them, as a DynamoDB JSON item per row.
+    pub column: String,
+    /// How many distinct attributes went there.
+    pub attributes: u64,
+    /// A few of them, most frequent first.
+    pub examples: Vec<String>,
+    pub reason: String,
+}
+
+/// A column whose name differs from its attribute's, to keep names unique without regard to
+/// case (readers such as DuckDB, Spark and Athena fold case).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renamed {
+    pub table: String,
+    pub attribute: String,
+    pub column: String,
+    pub reason: String,
+}
+
 /// The schema of one output table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableSchema {
@@ -140,6 +163,10 @@ pub struct TableSchema {
     /// The type-attribute value that routes items here (`None` for `_untyped`).
     pub entity: Option<String>,
     pub columns: Vec<Column>,
+    /// The column that takes every attribute without a column of its own, as one DynamoDB
+    /// JSON item (inferred tables whose rare attributes were kept out of the columns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<String>,
 }
 
 impl ColumnType {

@@ -11,7 +11,7 @@ use std::path::{Component, Path};
 use serde::{Deserialize, Serialize};
 
 use crate::schema::TableSchema;
-use crate::schema::Widening;
+use crate::schema::{Demoted, Renamed, Widening};
 use crate::source::{CheckStatus, ExportInfo};
 
 /// Where the manifest lives inside an output.
@@ -47,6 +47,12 @@ pub struct RunManifest {
     pub tables: Vec<TableReport>,
     pub rejects_by_reason: BTreeMap<String, u64>,
     pub widenings: Vec<Widening>,
+    /// Attributes inference kept out of a table's columns (entities with very many names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub demoted_attributes: Vec<Demoted>,
+    /// Columns named apart from their attributes, to be unique without regard to case.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub renamed_columns: Vec<Renamed>,
     /// Per mapping entity, when `--mapping` was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mapping: Option<MappingReport>,

@@ -11,4 +11,5 @@ mod mapping;
 mod real_export;
 mod roundtrip;
 mod sample;
+mod shapes;
 mod sql;
