@@ -10,6 +10,7 @@ mod mapping;
 mod printer;
 mod progress;
 mod sql;
+mod table;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;

@@ -2,6 +2,7 @@
 
 use std::io::{IsTerminal as _, Write as _};
 
+use super::table::{Align, Table};
 use crate::pipeline::UnwindSummary;
 
 #[derive(Debug, Clone)]
@@ -72,10 +73,15 @@ impl Printer {
             return;
         }
         let r = &s.report;
-        let mut rows: Vec<[String; 5]> =
-            vec![["table".into(), "rows".into(), "columns".into(), "files".into(), "size".into()]];
+        let mut table = Table::new(&[
+            ("table", Align::Left),
+            ("rows", Align::Right),
+            ("columns", Align::Right),
+            ("files", Align::Right),
+            ("size", Align::Right),
+        ]);
         for t in &r.tables {
-            rows.push([
+            table.row([
                 t.name.clone(),
                 group(t.rows),
                 t.columns.to_string(),
@@ -83,23 +89,7 @@ impl Printer {
                 human_bytes(t.bytes()),
             ]);
         }
-        let widths: Vec<usize> = (0..5).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-        let mut text = String::new();
-        for (n, row) in rows.iter().enumerate() {
-            let line: Vec<String> =
-                row.iter()
-                    .enumerate()
-                    .map(|(i, cell)| {
-                        if i == 0 { format!("{cell:<w$}", w = widths[i]) } else { format!("{cell:>w$}", w = widths[i]) }
-                    })
-                    .collect();
-            text.push_str(line.join("  ").trim_end());
-            text.push('\n');
-            if n == 0 {
-                text.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
-                text.push('\n');
-            }
-        }
+        let mut text = table.render();
         let rec = &r.reconciliation;
         let verified = r.inputs.iter().filter(|i| i.md5_check == crate::source::CheckStatus::Verified).count();
         text.push_str(&format!(

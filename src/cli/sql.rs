@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use super::table::{Align, Table};
 use super::{ExitStatus, Printer};
 use crate::sql::format::{OutputFormat, write_result};
 use crate::sql::{Session, SqlError, SqlOptions};
@@ -203,7 +204,7 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
             let mut parts = trimmed.split_whitespace();
             match (parts.next(), parts.next()) {
                 (Some("\\q"), _) => break,
-                (Some("\\d"), table) => match session.describe(table) {
+                (Some("\\d"), table) => match describe(session, table) {
                     Ok(s) => print!("{s}"),
                     Err(e) => printer.error(&e.to_string(), e.hint().as_deref()),
                 },
@@ -246,6 +247,32 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
         }
     }
     ExitStatus::Success
+}
+
+/// `\d`: the tables with their row and file counts; `\d TABLE`: a table's columns with their
+/// types and DynamoDB origin.
+fn describe(session: &Session, table: Option<&str>) -> Result<String, SqlError> {
+    match table {
+        None => {
+            let mut t = Table::new(&[("table", Align::Left), ("rows", Align::Right), ("files", Align::Right)]);
+            for info in session.tables() {
+                t.row([info.name.clone(), info.rows.to_string(), info.files.len().to_string()]);
+            }
+            Ok(t.render())
+        }
+        Some(name) => {
+            let mut t = Table::new(&[
+                ("column", Align::Left),
+                ("type", Align::Left),
+                ("nullable", Align::Left),
+                ("dynamodb", Align::Left),
+            ]);
+            for c in session.table(name)?.columns() {
+                t.row([c.name, c.type_name, if c.nullable { "yes" } else { "no" }.to_owned(), c.origin]);
+            }
+            Ok(t.render())
+        }
+    }
 }
 
 #[cfg(test)]

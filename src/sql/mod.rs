@@ -254,45 +254,40 @@ impl Session {
         Ok(out)
     }
 
-    /// `\d`: tables with their row counts; `\d TABLE`: columns with their DynamoDB origin.
-    pub fn describe(&self, table: Option<&str>) -> Result<String, SqlError> {
-        use std::fmt::Write as _;
-        let mut s = String::new();
-        match table {
-            None => {
-                let w = self.tables.iter().map(|t| t.name.len()).max().unwrap_or(5).max(5);
-                let _ = writeln!(s, "{:<w$}  {:>12}  {:>5}", "table", "rows", "files");
-                for t in &self.tables {
-                    let _ = writeln!(s, "{:<w$}  {:>12}  {:>5}", t.name, t.rows, t.files.len());
-                }
-            }
-            Some(name) => {
-                let t = self
-                    .tables
-                    .iter()
-                    .find(|t| t.name == name)
-                    .ok_or_else(|| SqlError::UnknownTable(name.to_owned()))?;
-                let w = t.schema.fields().iter().map(|f| f.name().len()).max().unwrap_or(6).max(6);
-                let types: Vec<String> = t.schema.fields().iter().map(|f| short_type(f.data_type())).collect();
-                let tw = types.iter().map(String::len).max().unwrap_or(4).max(4);
-                let _ = writeln!(s, "{:<w$}  {:<tw$}  {:<8}  dynamodb", "column", "type", "nullable");
-                for (f, ty) in t.schema.fields().iter().zip(&types) {
-                    let origin = f.metadata().get(crate::mapping::META_DYNAMODB_TYPE).cloned().unwrap_or_default();
-                    let _ = writeln!(
-                        s,
-                        "{:<w$}  {:<tw$}  {:<8}  {origin}",
-                        f.name(),
-                        ty,
-                        if f.is_nullable() { "yes" } else { "no" }
-                    );
-                }
-            }
-        }
-        Ok(s)
+    /// The table called `name`, for `\d TABLE`.
+    pub fn table(&self, name: &str) -> Result<&TableInfo, SqlError> {
+        self.tables.iter().find(|t| t.name == name).ok_or_else(|| SqlError::UnknownTable(name.to_owned()))
     }
 }
 
-/// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.
+/// A column as `\d TABLE` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnInfo {
+    pub name: String,
+    /// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`.
+    pub type_name: String,
+    pub nullable: bool,
+    /// Where the column came from, as the writer recorded it in the field metadata (`S`, `N`,
+    /// `S; key=SK ORDER#{ordered_at:epoch_s}#{order_id}`); empty when unknown.
+    pub origin: String,
+}
+
+impl TableInfo {
+    /// The columns as written, with their DynamoDB origin.
+    pub fn columns(&self) -> Vec<ColumnInfo> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| ColumnInfo {
+                name: f.name().clone(),
+                type_name: short_type(f.data_type()),
+                nullable: f.is_nullable(),
+                origin: f.metadata().get(crate::mapping::META_DYNAMODB_TYPE).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
 /// Where an output lives: a local folder or an S3 prefix registered with the session.
 enum Data {
     Local(PathBuf),
@@ -375,6 +370,7 @@ impl Data {
     }
 }
 
+/// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.
 fn short_type(dt: &datafusion::arrow::datatypes::DataType) -> String {
     use datafusion::arrow::datatypes::DataType as D;
     match dt {
