@@ -5,7 +5,7 @@
 //! location (so a job can run `etl unwind "$(etl export start ... --wait)"`), or the list.
 //! Status lines, the spinner, warnings and errors go to stderr.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 pub use super::aws_args::AwsArgs;
@@ -231,14 +231,9 @@ fn spinner(printer: &Printer) -> ProgressBar {
 
 /// Writes `text` and a newline to stdout; a closed pipe is not an error.
 fn print_stdout(printer: &Printer, text: &str) -> ExitStatus {
-    let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+    match printer.data(&format!("{text}\n")) {
         Ok(()) => ExitStatus::Success,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitStatus::Success,
-        Err(e) => {
-            printer.error(&format!("cannot write to stdout: {e}"), None);
-            ExitStatus::Error
-        }
+        Err(e) => super::stdout_failed(printer, &e),
     }
 }
 

@@ -177,6 +177,12 @@ pub fn main() -> ExitCode {
     status.into()
 }
 
+/// Reports a write to stdout that failed for another reason than a closed pipe (which is success).
+fn stdout_failed(printer: &Printer, e: &std::io::Error) -> ExitStatus {
+    printer.error(&format!("cannot write to stdout: {e}"), None);
+    ExitStatus::Error
+}
+
 fn init_tracing(verbose: u8) {
     let level = match verbose {
         0 => "error",
@@ -193,6 +199,9 @@ fn init_tracing(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written is dropped, never reported: the report would go to
+        // the same stderr, through a panicking `eprintln!`.
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .try_init();
 }

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::table::{Align, Table};
 use super::{ExitStatus, Printer};
-use crate::sql::format::{OutputFormat, write_result};
+use crate::sql::format::{FormatError, OutputFormat, write_result};
 use crate::sql::{Session, SqlError, SqlOptions};
 
 #[derive(Debug, Args)]
@@ -111,16 +111,6 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
             printer.error("parquet output to a terminal", Some("pass `--output FILE`, or pipe stdout into a file"));
             return ExitStatus::Error;
         }
-        let mut sink: Box<dyn std::io::Write + Send> = match &output {
-            Some(p) => match std::fs::File::create(p) {
-                Ok(f) => Box::new(std::io::BufWriter::new(f)),
-                Err(e) => {
-                    printer.error(&format!("cannot create `{}`: {e}", p.display()), None);
-                    return ExitStatus::Error;
-                }
-            },
-            None => Box::new(std::io::BufWriter::new(std::io::stdout())),
-        };
         let statements = match session.statements(&text) {
             Ok(s) => s,
             Err(e) => return fail(printer, &e),
@@ -128,40 +118,72 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
         if let Err(e) = session.check_all(&statements).await {
             return fail(printer, &e);
         }
-        for stmt in statements {
-            let started = Instant::now();
-            let result = match session.run_statement(stmt).await {
-                Ok(r) => r,
-                Err(e) => return fail(printer, &e),
-            };
-            if let Err(e) = write_result(&result, format, sink.as_mut()) {
-                if is_broken_pipe(&e) {
-                    return ExitStatus::Success;
+        let ran = match &output {
+            Some(path) => {
+                let file = match std::fs::File::create(path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        printer.error(&format!("cannot create `{}`: {e}", path.display()), None);
+                        return ExitStatus::Error;
+                    }
+                };
+                let mut out = std::io::BufWriter::new(file);
+                match run_all(&session, statements, format, &mut out, printer).await {
+                    Ok(()) => out.flush().map_err(|e| Failure::Write(e.into())),
+                    Err(e) => Err(e),
                 }
-                printer.error(&e.to_string(), None);
-                return ExitStatus::Error;
             }
-            printer.info(&format!("{} rows in {:.3}s", result.rows(), started.elapsed().as_secs_f64()));
-        }
-        match sink.flush() {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                printer.error(&format!("writing results: {e}"), None);
+            None => {
+                let mut out = printer.stdout();
+                let ran = run_all(&session, statements, format, &mut out, printer).await;
+                out.finish(ran)
+            }
+        };
+        match ran {
+            Ok(()) => ExitStatus::Success,
+            Err(Failure::Query(e)) => fail(printer, &e),
+            Err(Failure::Write(e)) => {
+                printer.error(&e.to_string(), None);
                 ExitStatus::Error
             }
-            _ => ExitStatus::Success,
         }
     })
 }
 
-fn is_broken_pipe(e: &crate::sql::format::FormatError) -> bool {
-    e.to_string().contains("Broken pipe")
+/// Why running statements stopped.
+enum Failure {
+    Query(SqlError),
+    Write(FormatError),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Write(e.into())
+    }
+}
+
+/// Runs each statement and writes its result to `out`, its row count and time to stderr.
+async fn run_all(
+    session: &Session,
+    statements: Vec<datafusion::sql::parser::Statement>,
+    format: OutputFormat,
+    out: &mut (dyn std::io::Write + Send),
+    printer: &Printer,
+) -> Result<(), Failure> {
+    for stmt in statements {
+        let started = Instant::now();
+        let result = session.run_statement(stmt).await.map_err(Failure::Query)?;
+        write_result(&result, format, out).map_err(Failure::Write)?;
+        printer.info(&format!("{} rows in {:.3}s", result.rows(), started.elapsed().as_secs_f64()));
+    }
+    Ok(())
 }
 
 fn fail(printer: &Printer, e: &SqlError) -> ExitStatus {
     printer.error_chain(e, e.hint().as_deref());
     match e {
         SqlError::Timeout(_) => ExitStatus::Failure,
-        SqlError::DataFusion(d) if d.to_string().contains("Resources exhausted") => ExitStatus::Failure,
+        e if e.is_resources_exhausted() => ExitStatus::Failure,
         _ => ExitStatus::Error,
     }
 }
@@ -205,10 +227,18 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
             match (parts.next(), parts.next()) {
                 (Some("\\q"), _) => break,
                 (Some("\\d"), table) => match describe(session, table) {
-                    Ok(s) => print!("{s}"),
+                    Ok(s) => {
+                        if printer.data(&s).is_err() || printer.stdout_closed() {
+                            break;
+                        }
+                    }
                     Err(e) => printer.error(&e.to_string(), e.hint().as_deref()),
                 },
-                _ => println!("{SHELL_HELP}"),
+                _ => {
+                    if printer.data(&format!("{SHELL_HELP}\n")).is_err() || printer.stdout_closed() {
+                        break;
+                    }
+                }
             }
             continue;
         }
@@ -235,10 +265,14 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
         };
         match run {
             Ok(results) => {
-                let mut out = std::io::stdout();
                 for r in &results {
-                    if let Err(e) = write_result(r, format, &mut out) {
+                    let mut out = printer.stdout();
+                    let written = write_result(r, format, &mut out);
+                    if let Err(e) = out.finish(written) {
                         printer.error(&e.to_string(), None);
+                    }
+                    if printer.stdout_closed() {
+                        return ExitStatus::Success;
                     }
                     printer.info(&format!("{} rows in {:.3}s", r.rows(), started.elapsed().as_secs_f64()));
                 }

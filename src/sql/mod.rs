@@ -46,6 +46,13 @@ pub enum SqlError {
 }
 
 impl SqlError {
+    /// Whether the query needed more memory than `--memory-limit` allows, however deep DataFusion
+    /// wrapped the error (`Context`, `Shared`, `External`, Arrow's external errors).
+    pub fn is_resources_exhausted(&self) -> bool {
+        matches!(self, SqlError::DataFusion(e)
+            if matches!(e.find_root(), datafusion::error::DataFusionError::ResourcesExhausted(_)))
+    }
+
     pub fn hint(&self) -> Option<String> {
         match self {
             SqlError::NotAnOutput { .. } => {
@@ -55,9 +62,7 @@ impl SqlError {
             SqlError::Forbidden { .. } => {
                 Some("pass `--allow-write` to allow statements that change files, tables or settings".into())
             }
-            SqlError::DataFusion(e) if e.to_string().contains("Resources exhausted") => {
-                Some("raise `--memory-limit`, or narrow the query".into())
-            }
+            e if e.is_resources_exhausted() => Some("raise `--memory-limit`, or narrow the query".into()),
             SqlError::Timeout(_) => Some("raise `--timeout`, or narrow the query".into()),
             SqlError::UnknownTable(_) => Some("`\\d` lists the tables".into()),
             _ => None,
@@ -402,5 +407,35 @@ fn forbidden_kind(plan: &LogicalPlan) -> Option<String> {
         LogicalPlan::Explain(e) => forbidden_kind(&e.plan),
         LogicalPlan::Analyze(a) => forbidden_kind(&a.input),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::error::ArrowError;
+    use datafusion::error::DataFusionError;
+
+    use super::*;
+
+    #[test]
+    fn memory_errors_are_found_by_kind_however_wrapped() {
+        let exhausted = || DataFusionError::ResourcesExhausted("Failed to allocate 1024 bytes".into());
+        let wrapped = [
+            exhausted(),
+            DataFusionError::Context("while sorting".into(), Box::new(exhausted())),
+            DataFusionError::Shared(Arc::new(exhausted())),
+            DataFusionError::External(Box::new(exhausted())),
+            DataFusionError::ArrowError(Box::new(ArrowError::ExternalError(Box::new(exhausted()))), None),
+        ];
+        for e in wrapped {
+            let text = e.to_string();
+            let e = SqlError::DataFusion(e);
+            assert!(e.is_resources_exhausted(), "{text}");
+            assert!(e.hint().is_some_and(|h| h.contains("--memory-limit")), "{text}");
+        }
+        // The words alone do not make a memory error.
+        let lookalike = SqlError::DataFusion(DataFusionError::Plan("Resources exhausted: not really".into()));
+        assert!(!lookalike.is_resources_exhausted());
+        assert!(!SqlError::Timeout(Duration::from_secs(1)).is_resources_exhausted());
     }
 }

@@ -7,6 +7,7 @@ mod common;
 mod corpus;
 mod interop;
 mod mapping;
+mod output;
 mod real_export;
 mod roundtrip;
 mod sample;
