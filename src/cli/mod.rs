@@ -5,7 +5,6 @@
 
 mod aws_args;
 mod export;
-mod lineedit;
 mod mapping;
 mod printer;
 mod progress;

@@ -350,16 +350,43 @@ fn shell_on_a_terminal(scenario: &str, home: &Path) -> Option<String> {
 }
 
 /// The shell on a real pseudo-terminal: a statement is recalled with the up arrow, edited in
-/// the middle and run again; both are appended to the history file.
+/// the middle and run again; both are appended to the history file, after the entries an
+/// earlier version of etl wrote there (one plain line each).
 #[test]
 fn shell_recalls_and_edits_history_on_a_terminal() {
     let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join(".etl_history"), "select 1 as old;\nselect 2 as old;\n").unwrap();
     let Some(shown) = shell_on_a_terminal("edit", home.path()) else { return };
     // The edited statement ran: `40+1` gave 41, the recalled and edited `40+2` gave 42.
     assert!(shown.contains("n\r\n41"), "{shown}");
     assert!(shown.contains("n\r\n42"), "{shown}");
-    let history = std::fs::read_to_string(home.path().join(".etl_history")).unwrap();
-    assert_eq!(history, "select 40+1 as n;\nselect 40+2 as n;\n");
+    assert_eq!(
+        history(home.path()),
+        ["select 1 as old;", "select 2 as old;", "select 40+1 as n;", "select 40+2 as n;"]
+    );
+}
+
+/// The entries of `~/.etl_history` under `home`, oldest first (the editor's version header left
+/// out).
+fn history(home: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(home.join(".etl_history")).unwrap();
+    text.lines().filter(|l| *l != "#V2").map(str::to_owned).collect()
+}
+
+/// The same with wide characters: after the recall, eight left arrows cross `;`, `w`, ` `, `s`,
+/// `a`, ` `, `'` and `本`, so the cursor sits on `本`, at terminal column 15 (`etl> select '` is
+/// 13 columns and `日` two); a character typed there lands before `本`, on screen and in the
+/// statement. (The hand-written editor this replaces counted characters, not columns.)
+#[test]
+fn shell_edits_wide_characters_on_a_terminal() {
+    let home = tempfile::tempdir().unwrap();
+    let Some(shown) = shell_on_a_terminal("wide", home.path()) else { return };
+    let cursor = shown.lines().find_map(|l| l.strip_prefix("cursor ")).unwrap_or_else(|| panic!("{shown}"));
+    let (row, col) = cursor.split_once(' ').unwrap();
+    assert_eq!(col, "15", "cursor at row {row}, column {col}:\n{shown}");
+    assert!(shown.contains("w\r\n日語本"), "the edited statement ran: {shown}");
+    assert!(shown.lines().any(|l| l == "screen| etl> select '日語本' as w;"), "{shown}");
+    assert_eq!(history(home.path()), ["select '日本' as w;", "select '日語本' as w;"]);
 }
 
 /// Ctrl-C during a query stops the query, not the shell.
