@@ -8,6 +8,7 @@ mod export;
 mod mapping;
 mod printer;
 mod progress;
+mod redact;
 mod sql;
 mod table;
 
@@ -197,9 +198,9 @@ fn init_tracing(verbose: u8) {
         });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // A log line that cannot be written is dropped, never reported: the report would go to
-        // the same stderr, through a panicking `eprintln!`.
+        // Access key ids masked in every line; a failed write dropped, never reported (the
+        // report would go to the same stderr, through a panicking `eprintln!`).
+        .with_writer(redact::RedactingStderr::new(redact::Redactor::from_env()))
         .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .try_init();

@@ -111,3 +111,39 @@ fn an_unwritable_stderr_is_not_fatal() {
         assert_eq!(code, Some(0), "sql with its timing line lost on {how}");
     }
 }
+
+/// With `ETL_LOG=trace` the AWS SDK logs the credentials it signs with; the access key id must
+/// reach stderr masked, whether it has the AWS shape (`AKIA…`) or is any configured id (an
+/// S3-compatible store's, say). The endpoint refuses connections, so the requests are signed
+/// (and logged) but go nowhere.
+#[test]
+fn logs_never_show_the_access_key_id() {
+    let home = tempfile::tempdir().unwrap();
+    let secret = "etl-test-secret-5d4c3b";
+    for (key_id, masked) in [("AKIAFAKEFAKEFAKE1234", "AKIA****************"), ("my-store-key-42", "***************")] {
+        let mut cmd = etl_command(["export", "list", "--table", "T", "--endpoint-url", "http://127.0.0.1:1"]);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("AWS_") {
+                cmd.env_remove(&k);
+            }
+        }
+        cmd.env("AWS_ACCESS_KEY_ID", key_id)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_CONFIG_FILE", home.path().join("no-such-config"))
+            .env("AWS_SHARED_CREDENTIALS_FILE", home.path().join("no-such-credentials"))
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("ETL_LOG", "trace")
+            .env("NO_COLOR", "1");
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(2), "nothing listens at the endpoint: {stderr}");
+        // The log is there, and it is where the id would have been: in the signing credentials.
+        assert!(stderr.len() > 10_000, "a trace log of the request: {} bytes", stderr.len());
+        assert!(stderr.contains(&format!("access_key_id: \"{masked}\"")), "{key_id} masked in:\n{stderr}");
+        for text in [&stdout, &stderr] {
+            assert!(!text.contains(key_id), "{key_id} shown");
+            assert!(!text.contains(secret), "the secret shown");
+        }
+    }
+}
