@@ -5,13 +5,14 @@
 //! location (so a job can run `etl unwind "$(etl export start ... --wait)"`), or the list.
 //! Status lines, the spinner, warnings and errors go to stderr.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 pub use super::aws_args::AwsArgs;
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::table::{Align, Table};
 use super::{ExitStatus, Printer};
 use crate::aws::dynamodb::{self, DynamoError};
 use crate::aws::export::{self, ExportFormat, ExportInfo, ExportSummaryInfo, StartExport};
@@ -196,27 +197,21 @@ async fn list(args: ListArgs, printer: &Printer) -> ExitStatus {
 
 /// The list as aligned columns with a header and a dashed rule, `-` for unknown values.
 fn render_table(exports: &[ExportSummaryInfo]) -> String {
-    let mut rows: Vec<[String; 4]> = vec![["export".into(), "status".into(), "type".into(), "started".into()]];
+    let mut table = Table::new(&[
+        ("export", Align::Left),
+        ("status", Align::Left),
+        ("type", Align::Left),
+        ("started", Align::Left),
+    ]);
     for e in exports {
-        rows.push([
+        table.row([
             e.arn.clone(),
             e.status.clone(),
             e.export_type.clone().unwrap_or_else(|| "-".into()),
             e.start_time.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    let widths: Vec<usize> = (0..4).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-    let mut text = String::new();
-    for (n, row) in rows.iter().enumerate() {
-        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        text.push_str(cells.join("  ").trim_end());
-        text.push('\n');
-        if n == 0 {
-            text.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
-            text.push('\n');
-        }
-    }
-    text
+    table.render()
 }
 
 /// A spinner on stderr, hidden when stderr is not a terminal or with `--quiet`.
@@ -236,14 +231,9 @@ fn spinner(printer: &Printer) -> ProgressBar {
 
 /// Writes `text` and a newline to stdout; a closed pipe is not an error.
 fn print_stdout(printer: &Printer, text: &str) -> ExitStatus {
-    let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+    match printer.data(&format!("{text}\n")) {
         Ok(()) => ExitStatus::Success,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitStatus::Success,
-        Err(e) => {
-            printer.error(&format!("cannot write to stdout: {e}"), None);
-            ExitStatus::Error
-        }
+        Err(e) => super::stdout_failed(printer, &e),
     }
 }
 

@@ -234,7 +234,11 @@ fn infer(args: InferArgs, printer: &Printer) -> ExitStatus {
             }
             printer.info(&format!("wrote `{}` ({} entities)", path.display(), draft.entities.len()));
         }
-        None => print!("{text}"),
+        None => {
+            if let Err(e) = printer.data(&text) {
+                return super::stdout_failed(printer, &e);
+            }
+        }
     }
     ExitStatus::Success
 }
@@ -254,7 +258,9 @@ fn check(args: CheckArgs, printer: &Printer) -> ExitStatus {
     if !walk(&plan, printer, true, |at, item| checker.observe(at.file, at.line, item)) {
         return ExitStatus::Error;
     }
-    print!("{}", checker.render());
+    if let Err(e) = printer.data(&checker.render()) {
+        return super::stdout_failed(printer, &e);
+    }
     if checker.failed() { ExitStatus::Failure } else { ExitStatus::Success }
 }
 

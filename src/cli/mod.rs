@@ -5,13 +5,14 @@
 
 mod aws_args;
 mod export;
-mod lineedit;
 mod mapping;
 mod mapping_files;
 mod printer;
 mod progress;
+mod redact;
 pub mod settings;
 mod sql;
+mod table;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -179,6 +180,12 @@ pub fn main() -> ExitCode {
     status.into()
 }
 
+/// Reports a write to stdout that failed for another reason than a closed pipe (which is success).
+fn stdout_failed(printer: &Printer, e: &std::io::Error) -> ExitStatus {
+    printer.error(&format!("cannot write to stdout: {e}"), None);
+    ExitStatus::Error
+}
+
 fn init_tracing(verbose: u8) {
     let level = match verbose {
         0 => "error",
@@ -194,7 +201,10 @@ fn init_tracing(verbose: u8) {
         });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Access key ids masked in every line; a failed write dropped, never reported (the
+        // report would go to the same stderr, through a panicking `eprintln!`).
+        .with_writer(redact::RedactingStderr::new(redact::Redactor::from_env()))
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .try_init();
 }

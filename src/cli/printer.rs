@@ -1,52 +1,93 @@
-//! The printer: owns quiet/verbose and writes human output to stderr.
+//! The printer: the one way `etl` writes to stdout and stderr.
+//!
+//! It owns both streams and the quiet and colour settings. stdout carries data only (query
+//! results, drafted mappings, ARNs, listings), buffered; a reader that closes the pipe early
+//! (`etl sql … | head -1`) has what it wanted, so that ends the output as a success, never a
+//! panic. stderr carries progress, warnings, the summary and errors; a write to it that fails (a
+//! closed pipe, a full device) is dropped, because the run's outcome is its exit status and a
+//! message nobody can read must not turn a published output into a crash. No other code in `etl`
+//! prints.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::{self, BufWriter, IsTerminal as _, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::table::{Align, Table};
 use crate::pipeline::UnwindSummary;
 
 #[derive(Debug, Clone)]
 pub struct Printer {
     quiet: bool,
     color: bool,
+    /// Set when a write to stdout met a closed pipe.
+    stdout_closed: Arc<AtomicBool>,
 }
 
 impl Printer {
     pub fn new(quiet: bool) -> Self {
-        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        Printer { quiet, color }
+        let color = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        Printer { quiet, color, stdout_closed: Arc::default() }
     }
 
     pub fn quiet(&self) -> bool {
         self.quiet
     }
 
+    /// stdout for data, buffered; end it with [`Stdout::finish`].
+    pub fn stdout(&self) -> Stdout<'_> {
+        let tracked = Tracked { out: io::stdout(), closed: &self.stdout_closed };
+        Stdout { out: BufWriter::with_capacity(64 << 10, tracked), closed: &self.stdout_closed }
+    }
+
+    /// Whether the reader of stdout closed it: every later write to stdout fails, and the command
+    /// has nothing left to do but succeed.
+    pub fn stdout_closed(&self) -> bool {
+        self.stdout_closed.load(Ordering::Relaxed)
+    }
+
+    /// Writes `text` to stdout as data and flushes it; `Ok` also when the reader closed the pipe.
+    pub fn data(&self, text: &str) -> io::Result<()> {
+        let mut out = self.stdout();
+        let written = out.write_all(text.as_bytes());
+        out.finish(written)
+    }
+
+    /// Human text on stderr; a failed write is dropped (see the module documentation).
+    fn stderr(&self, text: &str) {
+        let mut err = io::stderr().lock();
+        let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+    }
+
     fn label(&self, text: &str, ansi: &str) -> String {
         if self.color { format!("\x1b[{ansi}m{text}\x1b[0m") } else { text.to_owned() }
     }
 
+    /// A line of progress or outcome, unless quiet.
     pub fn info(&self, msg: &str) {
         if !self.quiet {
-            eprintln!("{msg}");
+            self.stderr(&format!("{msg}\n"));
         }
     }
 
     pub fn warn(&self, msg: &str) {
         if !self.quiet {
-            eprintln!("{}: {msg}", self.label("warning", "1;33"));
+            self.stderr(&format!("{}: {msg}\n", self.label("warning", "1;33")));
         }
     }
 
+    /// An error (shown even when quiet) and its hint.
     pub fn error(&self, msg: &str, hint: Option<&str>) {
-        eprintln!("{}: {msg}", self.label("error", "1;31"));
+        let mut text = format!("{}: {msg}\n", self.label("error", "1;31"));
         if let Some(h) = hint {
-            eprintln!("{}: {h}", self.label("hint", "1;36"));
+            text.push_str(&format!("{}: {h}\n", self.label("hint", "1;36")));
         }
+        self.stderr(&text);
     }
 
     /// Every problem of a mapping, as the loader renders them (each with its own `error:` and
     /// `hint:` lines).
     pub fn mapping_errors(&self, e: &crate::mapping::MappingErrors) {
-        eprintln!("{e}");
+        self.stderr(&format!("{e}\n"));
     }
 
     /// An error with its causes, one per line, and a hint.
@@ -60,10 +101,11 @@ impl Printer {
             }
             source = s.source();
         }
-        eprintln!("{out}");
+        out.push('\n');
         if let Some(h) = hint {
-            eprintln!("{}: {h}", self.label("hint", "1;36"));
+            out.push_str(&format!("{}: {h}\n", self.label("hint", "1;36")));
         }
+        self.stderr(&out);
     }
 
     /// The table of what a run wrote, and the reconciliation line.
@@ -72,10 +114,15 @@ impl Printer {
             return;
         }
         let r = &s.report;
-        let mut rows: Vec<[String; 5]> =
-            vec![["table".into(), "rows".into(), "columns".into(), "files".into(), "size".into()]];
+        let mut table = Table::new(&[
+            ("table", Align::Left),
+            ("rows", Align::Right),
+            ("columns", Align::Right),
+            ("files", Align::Right),
+            ("size", Align::Right),
+        ]);
         for t in &r.tables {
-            rows.push([
+            table.row([
                 t.name.clone(),
                 group(t.rows),
                 t.columns.to_string(),
@@ -83,23 +130,7 @@ impl Printer {
                 human_bytes(t.bytes()),
             ]);
         }
-        let widths: Vec<usize> = (0..5).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-        let mut text = String::new();
-        for (n, row) in rows.iter().enumerate() {
-            let line: Vec<String> =
-                row.iter()
-                    .enumerate()
-                    .map(|(i, cell)| {
-                        if i == 0 { format!("{cell:<w$}", w = widths[i]) } else { format!("{cell:>w$}", w = widths[i]) }
-                    })
-                    .collect();
-            text.push_str(line.join("  ").trim_end());
-            text.push('\n');
-            if n == 0 {
-                text.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
-                text.push('\n');
-            }
-        }
+        let mut text = table.render();
         let rec = &r.reconciliation;
         let verified = r.inputs.iter().filter(|i| i.md5_check == crate::source::CheckStatus::Verified).count();
         text.push_str(&format!(
@@ -131,7 +162,74 @@ impl Printer {
         }
         let run = s.committed.run_id.as_ref().map(|id| format!(", run `{id}`")).unwrap_or_default();
         text.push_str(&format!("output: {out} ({:.1}s{run})\n", r.timings_ms.total as f64 / 1000.0));
-        let _ = std::io::stderr().write_all(text.as_bytes());
+        self.stderr(&text);
+    }
+}
+
+/// stdout as data goes out: buffered, and remembering a closed pipe.
+///
+/// A write after the reader closed the pipe fails with [`io::ErrorKind::BrokenPipe`], so whoever
+/// produces the data stops early; [`Stdout::finish`] then turns that into success.
+pub struct Stdout<'p> {
+    out: BufWriter<Tracked<'p>>,
+    closed: &'p AtomicBool,
+}
+
+impl Stdout<'_> {
+    /// Ends the output: flushes it and says how writing it went, given the outcome of the writes
+    /// (`written`). `Ok` when everything was written, or when the reader closed the pipe (it has
+    /// what it wanted); the error otherwise (a full disk behind a redirection, say).
+    pub fn finish<E: From<io::Error>>(mut self, written: Result<(), E>) -> Result<(), E> {
+        let flushed = self.out.flush();
+        if self.closed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        written?;
+        Ok(flushed?)
+    }
+}
+
+impl Write for Stdout<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.out.write_all(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// stdout, noting a closed pipe by its error kind. (`io::Stdout`, not its lock, so that the
+/// Parquet writer, which needs `Send`, can write to it.)
+struct Tracked<'p> {
+    out: io::Stdout,
+    closed: &'p AtomicBool,
+}
+
+impl Tracked<'_> {
+    fn note<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r
+            && e.kind() == io::ErrorKind::BrokenPipe
+        {
+            self.closed.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl Write for Tracked<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let r = self.out.write(buf);
+        self.note(r)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.out.flush();
+        self.note(r)
     }
 }
 

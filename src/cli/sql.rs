@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use super::table::{Align, Table};
 use super::{ExitStatus, Printer};
-use crate::sql::format::{OutputFormat, write_result};
+use crate::sql::format::{FormatError, OutputFormat, write_result};
 use crate::sql::{Session, SqlError, SqlOptions};
 
 #[derive(Debug, Args)]
@@ -117,16 +118,6 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
             printer.error("parquet output to a terminal", Some("pass `--output FILE`, or pipe stdout into a file"));
             return ExitStatus::Error;
         }
-        let mut sink: Box<dyn std::io::Write + Send> = match &output {
-            Some(p) => match std::fs::File::create(p) {
-                Ok(f) => Box::new(std::io::BufWriter::new(f)),
-                Err(e) => {
-                    printer.error(&format!("cannot create `{}`: {e}", p.display()), None);
-                    return ExitStatus::Error;
-                }
-            },
-            None => Box::new(std::io::BufWriter::new(std::io::stdout())),
-        };
         let statements = match session.statements(&text) {
             Ok(s) => s,
             Err(e) => return fail(printer, &e),
@@ -134,125 +125,297 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
         if let Err(e) = session.check_all(&statements).await {
             return fail(printer, &e);
         }
-        for stmt in statements {
-            let started = Instant::now();
-            let result = match session.run_statement(stmt).await {
-                Ok(r) => r,
-                Err(e) => return fail(printer, &e),
-            };
-            if let Err(e) = write_result(&result, format, sink.as_mut()) {
-                if is_broken_pipe(&e) {
-                    return ExitStatus::Success;
+        let ran = match &output {
+            Some(path) => {
+                let file = match std::fs::File::create(path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        printer.error(&format!("cannot create `{}`: {e}", path.display()), None);
+                        return ExitStatus::Error;
+                    }
+                };
+                let mut out = std::io::BufWriter::new(file);
+                match run_all(&session, statements, format, &mut out, printer).await {
+                    Ok(()) => out.flush().map_err(|e| Failure::Write(e.into())),
+                    Err(e) => Err(e),
                 }
-                printer.error(&e.to_string(), None);
-                return ExitStatus::Error;
             }
-            printer.info(&format!("{} rows in {:.3}s", result.rows(), started.elapsed().as_secs_f64()));
-        }
-        match sink.flush() {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                printer.error(&format!("writing results: {e}"), None);
+            None => {
+                let mut out = printer.stdout();
+                let ran = run_all(&session, statements, format, &mut out, printer).await;
+                out.finish(ran)
+            }
+        };
+        match ran {
+            Ok(()) => ExitStatus::Success,
+            Err(Failure::Query(e)) => fail(printer, &e),
+            Err(Failure::Write(e)) => {
+                printer.error(&e.to_string(), None);
                 ExitStatus::Error
             }
-            _ => ExitStatus::Success,
         }
     })
 }
 
-fn is_broken_pipe(e: &crate::sql::format::FormatError) -> bool {
-    e.to_string().contains("Broken pipe")
+/// Why running statements stopped.
+enum Failure {
+    Query(SqlError),
+    Write(FormatError),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Write(e.into())
+    }
+}
+
+/// Runs each statement and writes its result to `out`, its row count and time to stderr.
+async fn run_all(
+    session: &Session,
+    statements: Vec<datafusion::sql::parser::Statement>,
+    format: OutputFormat,
+    out: &mut (dyn std::io::Write + Send),
+    printer: &Printer,
+) -> Result<(), Failure> {
+    for stmt in statements {
+        let started = Instant::now();
+        let result = session.run_statement(stmt).await.map_err(Failure::Query)?;
+        write_result(&result, format, out).map_err(Failure::Write)?;
+        printer.info(&format!("{} rows in {:.3}s", result.rows(), started.elapsed().as_secs_f64()));
+    }
+    Ok(())
 }
 
 fn fail(printer: &Printer, e: &SqlError) -> ExitStatus {
     printer.error_chain(e, e.hint().as_deref());
     match e {
         SqlError::Timeout(_) => ExitStatus::Failure,
-        SqlError::DataFusion(d) if d.to_string().contains("Resources exhausted") => ExitStatus::Failure,
+        e if e.is_resources_exhausted() => ExitStatus::Failure,
         _ => ExitStatus::Error,
     }
 }
 
-const SHELL_HELP: &str = "\\d          list tables with row counts\n\\d TABLE    show a table's columns and their DynamoDB origin\n\\q          quit\nstatements end with `;` and may span lines; up/down recall earlier lines, Ctrl-D quits";
+const SHELL_HELP: &str = "\\d          list tables with row counts\n\\d TABLE    show a table's columns and their DynamoDB origin\n\\q          quit\nstatements end with `;` and may span lines; up/down recall earlier statements, Ctrl-R searches them;\nCtrl-C drops the line (or cancels a running query), Ctrl-D quits";
+
+/// The history file, shared by every session of the user.
+fn history_path() -> Option<PathBuf> {
+    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".etl_history"))
+}
+
+/// Whether `text` is a whole input: empty, a backslash command, or statements ending with `;`.
+fn is_complete(text: &str) -> bool {
+    let t = text.trim();
+    t.is_empty() || t.starts_with('\\') || t.ends_with(';')
+}
+
+/// The shell's only editing rule: Enter ends the input once it [`is_complete`], and otherwise
+/// starts a new line of the same statement.
+struct ShellHelper;
+
+impl rustyline::Helper for ShellHelper {}
+impl rustyline::completion::Completer for ShellHelper {
+    type Candidate = String;
+}
+impl rustyline::hint::Hinter for ShellHelper {
+    type Hint = String;
+}
+impl rustyline::highlight::Highlighter for ShellHelper {}
+impl rustyline::validate::Validator for ShellHelper {
+    fn validate(
+        &self,
+        ctx: &mut rustyline::validate::ValidationContext<'_>,
+    ) -> rustyline::Result<rustyline::validate::ValidationResult> {
+        use rustyline::validate::ValidationResult;
+        Ok(if is_complete(ctx.input()) { ValidationResult::Valid(None) } else { ValidationResult::Incomplete })
+    }
+}
+
+type LineEditor = rustyline::Editor<ShellHelper, rustyline::history::FileHistory>;
+
+/// A line editor on the terminal (never on stdout, which carries results), with the history
+/// file loaded; `None` when stdin is no terminal or the terminal cannot edit (`TERM=dumb`).
+fn line_editor(history: Option<&std::path::Path>) -> Option<rustyline::Result<LineEditor>> {
+    let dumb = std::env::var("TERM").is_ok_and(|t| matches!(t.as_str(), "dumb" | "cons25" | "emacs"));
+    if !std::io::stdin().is_terminal() || dumb {
+        return None;
+    }
+    let config = rustyline::Config::builder()
+        .behavior(rustyline::Behavior::PreferTerm)
+        .auto_add_history(false)
+        .max_history_size(10_000)
+        .map(rustyline::config::Builder::build);
+    Some(config.and_then(|config| {
+        let mut editor = LineEditor::with_config(config)?;
+        editor.set_helper(Some(ShellHelper));
+        if let Some(path) = history
+            && path.exists()
+        {
+            editor.load_history(path)?;
+        }
+        Ok(editor)
+    }))
+}
+
+/// What the shell does after an input.
+enum Next {
+    Read,
+    Quit,
+    /// Stop with exit status 2: results could not be written (not a closed pipe, which is
+    /// [`Next::Quit`]).
+    Fail,
+}
 
 async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat>) -> ExitStatus {
-    use std::io::BufRead as _;
     let format = format.unwrap_or(OutputFormat::Table);
-    let interactive = std::io::stdin().is_terminal();
-    // Statements are appended to a history file; on a terminal, earlier lines are recalled with
-    // the arrow keys.
-    let history_path = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".etl_history"));
-    let past: Vec<String> = history_path
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect())
-        .unwrap_or_default();
-    let mut editor = super::lineedit::Editor::new(past);
-    let mut history = history_path.and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+    let history = history_path();
+    let editor = match line_editor(history.as_deref()) {
+        None => None,
+        Some(Ok(e)) => Some(e),
+        Some(Err(e)) => {
+            printer.error(&format!("cannot start the line editor: {e}"), None);
+            return ExitStatus::Error;
+        }
+    };
     printer.info(&format!("etl sql on `{}`; \\? for help, \\q to quit", session.data_dir()));
-    let mut buffer = String::new();
-    // Piped input is read line by line; a terminal goes through the line editor instead (which
-    // takes the stdin lock for each line, so it must not be held here).
-    let mut lines = (!interactive).then(|| std::io::stdin().lock().lines());
-    let _raw = interactive.then(super::lineedit::RawMode::enter).flatten();
-    loop {
-        let line = if interactive {
-            let prompt = if buffer.is_empty() { "etl> " } else { "  -> " };
-            match super::lineedit::read_line(&mut editor, prompt, &mut std::io::stdin().lock()) {
-                Ok(Some(l)) => l,
-                _ => break,
-            }
-        } else {
-            let Some(Ok(line)) = lines.as_mut().and_then(Iterator::next) else { break };
-            line
-        };
-        let trimmed = line.trim();
-        if buffer.is_empty() && trimmed.starts_with('\\') {
-            let mut parts = trimmed.split_whitespace();
-            match (parts.next(), parts.next()) {
-                (Some("\\q"), _) => break,
-                (Some("\\d"), table) => match session.describe(table) {
-                    Ok(s) => print!("{s}"),
-                    Err(e) => printer.error(&e.to_string(), e.hint().as_deref()),
-                },
-                _ => println!("{SHELL_HELP}"),
-            }
-            continue;
-        }
-        if trimmed.is_empty() && buffer.is_empty() {
-            continue;
-        }
-        buffer.push_str(&line);
-        buffer.push('\n');
-        if !trimmed.ends_with(';') {
-            continue;
-        }
-        let text = std::mem::take(&mut buffer);
-        if let Some(h) = history.as_mut() {
-            let _ = writeln!(h, "{}", text.trim());
-        }
-        let started = Instant::now();
-        // Ctrl-C stops the running query, not the shell.
-        let run = tokio::select! {
-            r = session.run(&text) => r,
-            _ = tokio::signal::ctrl_c(), if interactive => {
-                printer.error("query cancelled", None);
-                continue;
-            }
-        };
-        match run {
-            Ok(results) => {
-                let mut out = std::io::stdout();
-                for r in &results {
-                    if let Err(e) = write_result(r, format, &mut out) {
-                        printer.error(&e.to_string(), None);
-                    }
-                    printer.info(&format!("{} rows in {:.3}s", r.rows(), started.elapsed().as_secs_f64()));
+    let Some(mut editor) = editor else {
+        // Piped input: lines gathered into inputs by the same rule, no editing, no history.
+        use std::io::BufRead as _;
+        let mut input = String::new();
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            input.push_str(&line);
+            input.push('\n');
+            if is_complete(&input) {
+                let text = std::mem::take(&mut input);
+                match run_input(session, printer, format, &text, false).await {
+                    Next::Read => {}
+                    Next::Quit => break,
+                    Next::Fail => return ExitStatus::Error,
                 }
             }
-            Err(e) => printer.error_chain(&e, e.hint().as_deref()),
+        }
+        return ExitStatus::Success;
+    };
+    loop {
+        // The editor blocks this thread; the runtime's workers are elsewhere, and nothing runs
+        // between queries.
+        let text = match editor.readline("etl> ") {
+            Ok(text) => text,
+            // Ctrl-C drops the line; Ctrl-D on an empty line quits.
+            Err(rustyline::error::ReadlineError::Interrupted) => continue,
+            Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(e) => {
+                printer.error(&format!("cannot read from the terminal: {e}"), None);
+                return ExitStatus::Error;
+            }
+        };
+        let entry = text.trim();
+        if !entry.is_empty() {
+            // A history file that cannot be written does not stop the shell.
+            let _ = editor.add_history_entry(entry);
+            if let Some(path) = &history
+                && let Err(e) = editor.append_history(path)
+            {
+                printer.warn(&format!("cannot save the history to `{}`: {e}", path.display()));
+            }
+        }
+        match run_input(session, printer, format, &text, true).await {
+            Next::Read => {}
+            Next::Quit => break,
+            Next::Fail => return ExitStatus::Error,
         }
     }
     ExitStatus::Success
+}
+
+/// Runs one input: a backslash command, or statements whose results go to stdout. On a terminal,
+/// Ctrl-C stops a running query, not the shell.
+async fn run_input(session: &Session, printer: &Printer, format: OutputFormat, text: &str, interactive: bool) -> Next {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Next::Read;
+    }
+    if trimmed.starts_with('\\') {
+        let mut parts = trimmed.split_whitespace();
+        let shown = match (parts.next(), parts.next()) {
+            (Some("\\q"), _) => return Next::Quit,
+            (Some("\\d"), table) => match describe(session, table) {
+                Ok(s) => printer.data(&s),
+                Err(e) => {
+                    printer.error(&e.to_string(), e.hint().as_deref());
+                    return Next::Read;
+                }
+            },
+            _ => printer.data(&format!("{SHELL_HELP}\n")),
+        };
+        return shown_or_quit(printer, shown);
+    }
+    let started = Instant::now();
+    let run = tokio::select! {
+        r = session.run(text) => r,
+        _ = tokio::signal::ctrl_c(), if interactive => {
+            printer.error("query cancelled", None);
+            return Next::Read;
+        }
+    };
+    let results = match run {
+        Ok(results) => results,
+        Err(e) => {
+            printer.error_chain(&e, e.hint().as_deref());
+            return Next::Read;
+        }
+    };
+    for r in &results {
+        let mut out = printer.stdout();
+        let written = write_result(r, format, &mut out);
+        if let Err(e) = out.finish(written) {
+            printer.error(&e.to_string(), None);
+            return Next::Fail;
+        }
+        if printer.stdout_closed() {
+            return Next::Quit;
+        }
+        printer.info(&format!("{} rows in {:.3}s", r.rows(), started.elapsed().as_secs_f64()));
+    }
+    Next::Read
+}
+
+/// The shell ends when its output can no longer be written: the reader closed it, or it failed.
+fn shown_or_quit(printer: &Printer, shown: std::io::Result<()>) -> Next {
+    match shown {
+        Ok(()) if !printer.stdout_closed() => Next::Read,
+        Ok(()) => Next::Quit,
+        Err(e) => {
+            printer.error(&format!("cannot write to stdout: {e}"), None);
+            Next::Fail
+        }
+    }
+}
+
+/// `\d`: the tables with their row and file counts; `\d TABLE`: a table's columns with their
+/// types and DynamoDB origin.
+fn describe(session: &Session, table: Option<&str>) -> Result<String, SqlError> {
+    match table {
+        None => {
+            let mut t = Table::new(&[("table", Align::Left), ("rows", Align::Right), ("files", Align::Right)]);
+            for info in session.tables() {
+                t.row([info.name.clone(), info.rows.to_string(), info.files.len().to_string()]);
+            }
+            Ok(t.render())
+        }
+        Some(name) => {
+            let mut t = Table::new(&[
+                ("column", Align::Left),
+                ("type", Align::Left),
+                ("nullable", Align::Left),
+                ("dynamodb", Align::Left),
+            ]);
+            for c in session.table(name)?.columns() {
+                t.row([c.name, c.type_name, if c.nullable { "yes" } else { "no" }.to_owned(), c.origin]);
+            }
+            Ok(t.render())
+        }
+    }
 }
 
 #[cfg(test)]

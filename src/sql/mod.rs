@@ -49,6 +49,13 @@ pub enum SqlError {
 }
 
 impl SqlError {
+    /// Whether the query needed more memory than `--memory-limit` allows, however deep DataFusion
+    /// wrapped the error (`Context`, `Shared`, `External`, Arrow's external errors).
+    pub fn is_resources_exhausted(&self) -> bool {
+        matches!(self, SqlError::DataFusion(e)
+            if matches!(e.find_root(), datafusion::error::DataFusionError::ResourcesExhausted(_)))
+    }
+
     pub fn hint(&self) -> Option<String> {
         match self {
             SqlError::NotAnOutput { .. } => {
@@ -58,9 +65,7 @@ impl SqlError {
             SqlError::Forbidden { .. } => {
                 Some("pass `--allow-write` to allow statements that change files, tables or settings".into())
             }
-            SqlError::DataFusion(e) if e.to_string().contains("Resources exhausted") => {
-                Some("raise `--memory-limit`, or narrow the query".into())
-            }
+            e if e.is_resources_exhausted() => Some("raise `--memory-limit`, or narrow the query".into()),
             SqlError::Timeout(_) => Some("raise `--timeout`, or narrow the query".into()),
             SqlError::UnknownTable(_) => Some("`\\d` lists the tables".into()),
             _ => None,
@@ -249,41 +254,37 @@ impl Session {
         Ok(out)
     }
 
-    /// `\d`: tables with their row counts; `\d TABLE`: columns with their DynamoDB origin.
-    pub fn describe(&self, table: Option<&str>) -> Result<String, SqlError> {
-        use std::fmt::Write as _;
-        let mut s = String::new();
-        match table {
-            None => {
-                let w = self.tables.iter().map(|t| t.name.len()).max().unwrap_or(5).max(5);
-                let _ = writeln!(s, "{:<w$}  {:>12}  {:>5}", "table", "rows", "files");
-                for t in &self.tables {
-                    let _ = writeln!(s, "{:<w$}  {:>12}  {:>5}", t.name, t.rows, t.files.len());
-                }
-            }
-            Some(name) => {
-                let t = self
-                    .tables
-                    .iter()
-                    .find(|t| t.name == name)
-                    .ok_or_else(|| SqlError::UnknownTable(name.to_owned()))?;
-                let w = t.schema.fields().iter().map(|f| f.name().len()).max().unwrap_or(6).max(6);
-                let types: Vec<String> = t.schema.fields().iter().map(|f| short_type(f.data_type())).collect();
-                let tw = types.iter().map(String::len).max().unwrap_or(4).max(4);
-                let _ = writeln!(s, "{:<w$}  {:<tw$}  {:<8}  dynamodb", "column", "type", "nullable");
-                for (f, ty) in t.schema.fields().iter().zip(&types) {
-                    let origin = f.metadata().get(crate::schema::META_DYNAMODB_TYPE).cloned().unwrap_or_default();
-                    let _ = writeln!(
-                        s,
-                        "{:<w$}  {:<tw$}  {:<8}  {origin}",
-                        f.name(),
-                        ty,
-                        if f.is_nullable() { "yes" } else { "no" }
-                    );
-                }
-            }
-        }
-        Ok(s)
+    /// The table called `name`, for `\d TABLE`.
+    pub fn table(&self, name: &str) -> Result<&TableInfo, SqlError> {
+        self.tables.iter().find(|t| t.name == name).ok_or_else(|| SqlError::UnknownTable(name.to_owned()))
+    }
+}
+
+/// A column as `\d TABLE` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnInfo {
+    pub name: String,
+    /// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`.
+    pub type_name: String,
+    pub nullable: bool,
+    /// Where the column came from, as the writer recorded it in the field metadata (`S`, `N`,
+    /// `S; key=SK ORDER#{ordered_at:epoch_s}#{order_id}`); empty when unknown.
+    pub origin: String,
+}
+
+impl TableInfo {
+    /// The columns as written, with their DynamoDB origin.
+    pub fn columns(&self) -> Vec<ColumnInfo> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| ColumnInfo {
+                name: f.name().clone(),
+                type_name: short_type(f.data_type()),
+                nullable: f.is_nullable(),
+                origin: f.metadata().get(crate::schema::META_DYNAMODB_TYPE).cloned().unwrap_or_default(),
+            })
+            .collect()
     }
 }
 
@@ -406,5 +407,35 @@ fn forbidden_kind(plan: &LogicalPlan) -> Option<String> {
         LogicalPlan::Explain(e) => forbidden_kind(&e.plan),
         LogicalPlan::Analyze(a) => forbidden_kind(&a.input),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::error::ArrowError;
+    use datafusion::error::DataFusionError;
+
+    use super::*;
+
+    #[test]
+    fn memory_errors_are_found_by_kind_however_wrapped() {
+        let exhausted = || DataFusionError::ResourcesExhausted("Failed to allocate 1024 bytes".into());
+        let wrapped = [
+            exhausted(),
+            DataFusionError::Context("while sorting".into(), Box::new(exhausted())),
+            DataFusionError::Shared(Arc::new(exhausted())),
+            DataFusionError::External(Box::new(exhausted())),
+            DataFusionError::ArrowError(Box::new(ArrowError::ExternalError(Box::new(exhausted()))), None),
+        ];
+        for e in wrapped {
+            let text = e.to_string();
+            let e = SqlError::DataFusion(e);
+            assert!(e.is_resources_exhausted(), "{text}");
+            assert!(e.hint().is_some_and(|h| h.contains("--memory-limit")), "{text}");
+        }
+        // The words alone do not make a memory error.
+        let lookalike = SqlError::DataFusion(DataFusionError::Plan("Resources exhausted: not really".into()));
+        assert!(!lookalike.is_resources_exhausted());
+        assert!(!SqlError::Timeout(Duration::from_secs(1)).is_resources_exhausted());
     }
 }

@@ -328,3 +328,52 @@ pub fn by_type(items: &[Json]) -> BTreeMap<String, Vec<Json>> {
     }
     m
 }
+
+/// What became of a child whose stdout reader left early.
+pub struct ClosedRun {
+    pub code: i32,
+    /// The stdout lines read before closing the pipe.
+    pub read: Vec<String>,
+    pub stderr: String,
+}
+
+/// Runs `cmd` with `stdin` fed to it, reads `lines` lines of its stdout (none: the pipe is closed
+/// before it can write anything) and closes the pipe, as `| head -N` does; then waits for it.
+pub fn run_closing_stdout(mut cmd: Command, stdin: &[u8], lines: usize) -> ClosedRun {
+    use std::io::{BufRead as _, Read as _};
+    use std::process::Stdio;
+    cmd.env("NO_COLOR", "1").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run etl");
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    // The child may quit before it reads everything: a write error here is its business.
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut read = Vec::new();
+    for _ in 0..lines {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        read.push(line);
+    }
+    drop(stdout);
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    feeder.join().unwrap();
+    ClosedRun { code: status.code().unwrap_or(-1), read, stderr }
+}
+
+/// `etl ARGS` as a command, without running it.
+pub fn etl_command<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+    cmd.args(args);
+    cmd
+}

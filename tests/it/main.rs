@@ -8,6 +8,7 @@ mod corpus;
 mod import;
 mod interop;
 mod mapping;
+mod output;
 mod real_export;
 mod roundtrip;
 mod sample;

@@ -2,10 +2,12 @@
 //! shell's `\d`, parameters, limits, and the read-only default.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use sqllogictest::{DBOutput, DefaultColumnType, QueryExpect, SortMode};
 
 use crate::common::*;
 
@@ -30,28 +32,35 @@ fn slt_path(sql_file: &Path) -> PathBuf {
     root().join("tests/sql").join(sql_file.file_stem().unwrap()).with_extension("slt")
 }
 
-// --- A small sqllogictest runner: `query <types> [rowsort]`, the SQL, `----`, the rows. -------
+// --- tests/sql/*.slt, run by the sqllogictest crate over the library's `Session`. -------------
 
-fn type_letter(dt: &DataType) -> char {
+/// The sample output's SQL session as a sqllogictest database.
+struct EtlDb {
+    session: Arc<etl::sql::Session>,
+}
+
+fn column_type(dt: &DataType) -> DefaultColumnType {
     match dt {
-        dt if dt.is_integer() => 'I',
+        dt if dt.is_integer() => DefaultColumnType::Integer,
         DataType::Float16
         | DataType::Float32
         | DataType::Float64
         | DataType::Decimal128(..)
-        | DataType::Decimal256(..) => 'R',
-        _ => 'T',
+        | DataType::Decimal256(..) => DefaultColumnType::FloatingPoint,
+        _ => DefaultColumnType::Text,
     }
 }
 
-fn render_rows(batches: &[RecordBatch]) -> Vec<String> {
+/// Each row as text cells: `NULL` for null, `(empty)` for an empty string (sqllogictest's
+/// conventions, so an empty value cannot vanish into the separators).
+fn render_rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut rows = Vec::new();
     for b in batches {
         let fmts: Vec<ArrayFormatter<'_>> =
             b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap()).collect();
         for i in 0..b.num_rows() {
-            let cells: Vec<String> = b
+            let cells = b
                 .columns()
                 .iter()
                 .zip(&fmts)
@@ -60,86 +69,142 @@ fn render_rows(batches: &[RecordBatch]) -> Vec<String> {
                     if !c.is_null(i) && v.is_empty() { "(empty)".to_owned() } else { v }
                 })
                 .collect();
-            rows.push(cells.join(" "));
+            rows.push(cells);
         }
     }
     rows
 }
 
-struct SltQuery {
-    types: String,
-    sql: String,
-    rows: Vec<String>,
-}
+#[async_trait::async_trait]
+impl sqllogictest::AsyncDB for EtlDb {
+    type Error = etl::sql::SqlError;
+    type ColumnType = DefaultColumnType;
 
-fn parse_slt(text: &str) -> Vec<SltQuery> {
-    let mut out = Vec::new();
-    let mut lines = text.lines().peekable();
-    while let Some(line) = lines.next() {
-        let Some(types) = line.strip_prefix("query ") else { continue };
-        let mut sql = String::new();
-        for l in lines.by_ref() {
-            if l == "----" {
-                break;
-            }
-            sql.push_str(l);
-            sql.push('\n');
-        }
-        let mut rows = Vec::new();
-        while let Some(l) = lines.peek() {
-            if l.is_empty() {
-                break;
-            }
-            rows.push(lines.next().unwrap().to_owned());
-        }
-        out.push(SltQuery { types: types.split_whitespace().next().unwrap_or("").to_owned(), sql, rows });
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, etl::sql::SqlError> {
+        let results = self.session.run(sql).await?;
+        let Some(last) = results.last().filter(|r| !r.schema.fields().is_empty()) else {
+            return Ok(DBOutput::StatementComplete(0));
+        };
+        let types = last.schema.fields().iter().map(|f| column_type(f.data_type())).collect();
+        Ok(DBOutput::Rows { types, rows: render_rows(&last.batches) })
     }
-    out
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "etl"
+    }
+
+    async fn sleep(dur: std::time::Duration) {
+        tokio::time::sleep(dur).await;
+    }
 }
 
-fn run_library_query(session: &etl::sql::Session, rt: &tokio::runtime::Runtime, sql: &str) -> (String, Vec<String>) {
-    let results = rt.block_on(session.run(sql)).unwrap_or_else(|e| panic!("{sql}\n{e}"));
-    let r = results.last().unwrap();
-    let types: String = r.schema.fields().iter().map(|f| type_letter(f.data_type())).collect();
-    (types, render_rows(&r.batches))
+fn slt_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("tests/sql"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .collect();
+    files.sort();
+    files
 }
 
-/// Every query in `sql/` against its `.slt` file. `ETL_SLT_COMPLETE=1` rewrites the files from
-/// etl's results (then `duckdb_agrees_with_the_slt_files` checks them independently).
+type Records = Vec<sqllogictest::Record<DefaultColumnType>>;
+
+fn parse_slt(path: &Path) -> Records {
+    sqllogictest::parse_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The first query of an `.slt` file: its SQL, and its expected rows in its sort mode.
+fn first_query(records: &Records) -> Option<(&str, &[String], Option<SortMode>)> {
+    records.iter().find_map(|r| match r {
+        sqllogictest::Record::Query { sql, expected: QueryExpect::Results { results, sort_mode, .. }, .. } => {
+            Some((sql.as_str(), results.as_slice(), *sort_mode))
+        }
+        _ => None,
+    })
+}
+
+/// Makes `tests/sql/NAME.slt` start with the query of `sql/NAME.sql`, for completion: a new
+/// file gets a header and an empty query; a changed query replaces the old one.
+fn prepare_for_completion(sql_file: &Path) {
+    let slt = slt_path(sql_file);
+    let sql = std::fs::read_to_string(sql_file).unwrap();
+    let sql = sql.trim_end();
+    if !slt.exists() {
+        let text = format!(
+            "# Expected results of sql/{} over the sample export.\n# Regenerate: ETL_SLT_COMPLETE=1 ./scripts/test sql_library; checked against DuckDB by\n# duckdb_agrees_with_the_slt_files.\n\nquery T\n{sql}\n----\n\n",
+            sql_file.file_name().unwrap().to_string_lossy()
+        );
+        std::fs::write(&slt, text).unwrap();
+        return;
+    }
+    let mut records = parse_slt(&slt);
+    let first = records.iter_mut().find_map(|r| match r {
+        sqllogictest::Record::Query { sql, .. } => Some(sql),
+        _ => None,
+    });
+    match first {
+        Some(old) if old.trim() == sql.trim() => return,
+        Some(old) => *old = sql.to_owned(),
+        None => panic!("{} has no query", slt.display()),
+    }
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&slt, text).unwrap();
+}
+
+/// Every `.slt` file through the sqllogictest runner (`rowsort`, `valuesort`, `statement ok` and
+/// `error`, `query error`), over the library's session on the sample output; the first query
+/// of `tests/sql/NAME.slt` must be `sql/NAME.sql`. `ETL_SLT_COMPLETE=1` rewrites the expected
+/// results from etl's own (sqllogictest's completion mode); `duckdb_agrees_with_the_slt_files`
+/// then checks them independently.
 #[test]
 fn sql_library_matches_slt_files() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let session = rt
-        .block_on(etl::sql::Session::open(
+    let session = Arc::new(
+        rt.block_on(etl::sql::Session::open(
             etl::sql::SqlOptions::new(etl::store::Target::Path(sample_out().to_owned())),
             &Default::default(),
         ))
-        .unwrap();
+        .unwrap(),
+    );
     let complete = std::env::var_os("ETL_SLT_COMPLETE").is_some();
-    let files = library();
-    assert!(files.len() >= 8, "the library has {} queries", files.len());
-    for f in files {
-        let sql = std::fs::read_to_string(&f).unwrap();
-        let (types, rows) = run_library_query(&session, &rt, &sql);
-        let slt = slt_path(&f);
+    let library = library();
+    assert!(library.len() >= 8, "the library has {} queries", library.len());
+    if complete {
+        library.iter().for_each(|f| prepare_for_completion(f));
+    }
+    for f in &library {
+        let slt = slt_path(f);
+        assert!(slt.exists(), "{} is missing; run with ETL_SLT_COMPLETE=1", slt.display());
+        let records = parse_slt(&slt);
+        let (sql, _, _) = first_query(&records).unwrap_or_else(|| panic!("{} has no query", slt.display()));
+        let want = std::fs::read_to_string(f).unwrap();
+        assert_eq!(sql.trim(), want.trim(), "{} holds another version of the query", slt.display());
+    }
+    let files = slt_files();
+    assert!(files.len() > library.len(), "tests/sql also checks the session's own rules");
+    for slt in files {
+        let db = session.clone();
+        let mut runner = sqllogictest::Runner::new(move || {
+            let session = db.clone();
+            async move { Ok::<_, etl::sql::SqlError>(EtlDb { session }) }
+        });
+        runner.with_column_validator(sqllogictest::strict_column_validator);
         if complete {
-            let text = format!(
-                "# Expected results of sql/{} over the sample export.\n# Regenerate: ETL_SLT_COMPLETE=1 ./scripts/test sql_library; checked against DuckDB by\n# duckdb_agrees_with_the_slt_files.\n\nquery {types}\n{}\n----\n{}\n",
-                f.file_name().unwrap().to_string_lossy(),
-                sql.trim_end(),
-                rows.join("\n")
-            );
-            std::fs::create_dir_all(slt.parent().unwrap()).unwrap();
-            std::fs::write(&slt, text).unwrap();
-            continue;
+            rt.block_on(runner.update_test_file(
+                &slt,
+                " ",
+                sqllogictest::default_validator,
+                sqllogictest::default_normalizer,
+                sqllogictest::strict_column_validator,
+            ))
+            .unwrap_or_else(|e| panic!("{}: {e}", slt.display()));
         }
-        let text = std::fs::read_to_string(&slt)
-            .unwrap_or_else(|_| panic!("{} is missing; run with ETL_SLT_COMPLETE=1", slt.display()));
-        let q = parse_slt(&text);
-        assert_eq!(q.len(), 1, "{}", slt.display());
-        assert_eq!(q[0].sql.trim(), sql.trim(), "{} holds another version of the query", slt.display());
-        assert_eq!(q[0].types, types, "column types of {}", f.display());
-        assert_eq!(q[0].rows, rows, "results of {}", f.display());
+        if let Err(e) = rt.block_on(runner.run_file_async(&slt)) {
+            panic!("{}", e.display(false));
+        }
     }
 }
 
@@ -154,6 +219,22 @@ fn canonical_token(t: &str) -> String {
 
 fn canonical_row(r: &str) -> String {
     r.split(' ').map(canonical_token).collect::<Vec<_>>().join(" ")
+}
+
+/// Rows in an `.slt` sort mode, as the runner compares them.
+fn sorted(mut rows: Vec<String>, mode: Option<SortMode>) -> Vec<String> {
+    match mode {
+        None | Some(SortMode::NoSort) => rows,
+        Some(SortMode::RowSort) => {
+            rows.sort();
+            rows
+        }
+        Some(SortMode::ValueSort) => {
+            let mut values: Vec<String> = rows.iter().flat_map(|r| r.split(' ').map(str::to_owned)).collect();
+            values.sort();
+            values
+        }
+    }
 }
 
 #[test]
@@ -173,12 +254,13 @@ fn duckdb_agrees_with_the_slt_files() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let duck: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     for f in files {
-        let q = parse_slt(&std::fs::read_to_string(slt_path(&f)).unwrap());
-        let want: Vec<String> = q[0].rows.iter().map(|r| canonical_row(r)).collect();
+        let records = parse_slt(&slt_path(&f));
+        let (_, rows, mode) = first_query(&records).unwrap();
+        let want = sorted(rows.iter().map(|r| canonical_row(r)).collect(), mode);
         let name = f.file_name().unwrap().to_string_lossy().into_owned();
         let got: Vec<String> =
             duck[&name].as_array().unwrap().iter().map(|r| canonical_row(r.as_str().unwrap())).collect();
-        assert_eq!(got, want, "DuckDB disagrees with tests/sql for {name}");
+        assert_eq!(sorted(got, mode), want, "DuckDB disagrees with tests/sql for {name}");
     }
 }
 
@@ -350,16 +432,43 @@ fn shell_on_a_terminal(scenario: &str, home: &Path) -> Option<String> {
 }
 
 /// The shell on a real pseudo-terminal: a statement is recalled with the up arrow, edited in
-/// the middle and run again; both are appended to the history file.
+/// the middle and run again; both are appended to the history file, after the entries an
+/// earlier version of etl wrote there (one plain line each).
 #[test]
 fn shell_recalls_and_edits_history_on_a_terminal() {
     let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join(".etl_history"), "select 1 as old;\nselect 2 as old;\n").unwrap();
     let Some(shown) = shell_on_a_terminal("edit", home.path()) else { return };
     // The edited statement ran: `40+1` gave 41, the recalled and edited `40+2` gave 42.
     assert!(shown.contains("n\r\n41"), "{shown}");
     assert!(shown.contains("n\r\n42"), "{shown}");
-    let history = std::fs::read_to_string(home.path().join(".etl_history")).unwrap();
-    assert_eq!(history, "select 40+1 as n;\nselect 40+2 as n;\n");
+    assert_eq!(
+        history(home.path()),
+        ["select 1 as old;", "select 2 as old;", "select 40+1 as n;", "select 40+2 as n;"]
+    );
+}
+
+/// The entries of `~/.etl_history` under `home`, oldest first (the editor's version header left
+/// out).
+fn history(home: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(home.join(".etl_history")).unwrap();
+    text.lines().filter(|l| *l != "#V2").map(str::to_owned).collect()
+}
+
+/// The same with wide characters: after the recall, eight left arrows cross `;`, `w`, ` `, `s`,
+/// `a`, ` `, `'` and `本`, so the cursor sits on `本`, at terminal column 15 (`etl> select '` is
+/// 13 columns and `日` two); a character typed there lands before `本`, on screen and in the
+/// statement. (The hand-written editor this replaces counted characters, not columns.)
+#[test]
+fn shell_edits_wide_characters_on_a_terminal() {
+    let home = tempfile::tempdir().unwrap();
+    let Some(shown) = shell_on_a_terminal("wide", home.path()) else { return };
+    let cursor = shown.lines().find_map(|l| l.strip_prefix("cursor ")).unwrap_or_else(|| panic!("{shown}"));
+    let (row, col) = cursor.split_once(' ').unwrap();
+    assert_eq!(col, "15", "cursor at row {row}, column {col}:\n{shown}");
+    assert!(shown.contains("w\r\n日語本"), "the edited statement ran: {shown}");
+    assert!(shown.lines().any(|l| l == "screen| etl> select '日語本' as w;"), "{shown}");
+    assert_eq!(history(home.path()), ["select '日本' as w;", "select '日語本' as w;"]);
 }
 
 /// Ctrl-C during a query stops the query, not the shell.
