@@ -78,6 +78,10 @@ impl ObjTree {
         })
     }
 
+    fn input(&self, p: &str) -> Input {
+        Input::Object(ObjectRef { store: self.store.clone(), key: ObjPath::from(p) })
+    }
+
     fn head(&self, key: &str) -> Result<Option<u64>, SourceError> {
         let p = ObjPath::from(key);
         match self.block(self.store.head(&p)) {
@@ -99,16 +103,44 @@ impl Tree for ObjTree {
     fn file_name(&self, p: &String) -> String {
         p.rsplit('/').next().unwrap_or_default().to_owned()
     }
-    fn read(&self, p: &String) -> Result<Vec<u8>, SourceError> {
+    fn read(&self, p: &String, max: u64) -> Result<Vec<u8>, SourceError> {
         let key = ObjPath::from(p.as_str());
+        let url = self.url.url_of(p);
         self.block(async {
-            let r = self.store.get(&key).await?;
-            r.bytes().await
+            let r = self.store.get(&key).await.map_err(|e| describe_error(&url, &e))?;
+            if r.meta.size > max {
+                return Err(SourceError::ManifestTooLarge { path: url.clone(), size: r.meta.size, max });
+            }
+            r.bytes().await.map_err(|e| describe_error(&url, &e))
         })
         .map(|b| b.to_vec())
-        .map_err(|e| describe_error(&self.url.url_of(p), &e))
     }
-    fn data_size(&self, p: &String) -> Result<Option<u64>, SourceError> {
+    fn read_head(&self, p: &String, max: usize) -> Result<Option<(Vec<u8>, u64)>, SourceError> {
+        let key = ObjPath::from(p.as_str());
+        let url = self.url.url_of(p);
+        self.block(async {
+            let r = match self.store.get(&key).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(describe_error(&url, &e)),
+            };
+            let size = r.meta.size;
+            // Stream only the first chunks; dropping the stream ends the download.
+            let mut head = Vec::new();
+            let mut stream = r.into_stream();
+            while head.len() < max {
+                match stream.next().await {
+                    Some(chunk) => {
+                        let chunk = chunk.map_err(|e| describe_error(&url, &e))?;
+                        head.extend_from_slice(&chunk[..chunk.len().min(max - head.len())]);
+                    }
+                    None => break,
+                }
+            }
+            Ok(Some((head, size)))
+        })
+    }
+    fn locate(&self, p: &String) -> Result<Option<(Input, u64)>, SourceError> {
         // List each export's folder once instead of one HEAD request per data file.
         let dir = self.parent(p);
         if self.listed.borrow_mut().insert(dir.clone()) {
@@ -118,13 +150,10 @@ impl Tree for ObjTree {
                 sizes.insert(m.location.to_string(), m.size);
             }
         }
-        Ok(self.sizes.borrow().get(p).copied())
+        Ok(self.sizes.borrow().get(p).copied().map(|size| (self.input(p), size)))
     }
     fn display(&self, p: &String) -> String {
         self.url.url_of(p)
-    }
-    fn input(&self, p: &String) -> Input {
-        Input::Object(ObjectRef { store: self.store.clone(), key: ObjPath::from(p.as_str()) })
     }
 }
 
