@@ -16,8 +16,10 @@ use super::{DataFile, Plan, SideFileCheck};
 
 /// The most bytes read of a checksum side file: a digest is 24 (base64) or 32 (hex) characters.
 pub const MAX_SIDE_FILE_BYTES: usize = 256;
-/// The most characters of an input echoed in a message or the run report.
+/// The most characters of an input's content echoed in a message or the run report.
 pub const PREVIEW_CHARS: usize = 64;
+/// The most characters of a manifest key echoed (S3 keys are at most 1,024 bytes).
+pub const KEY_CHARS: usize = 1024;
 
 /// One way what was read does not reconcile with the export's manifests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,9 +131,18 @@ pub fn base64_to_hex(b64: &str) -> String {
 
 /// At most [`PREVIEW_CHARS`] characters of `s`, control characters escaped, `…` when cut.
 pub fn preview(s: &str) -> String {
+    bounded(s, PREVIEW_CHARS)
+}
+
+/// A manifest key for a message: at most [`KEY_CHARS`] characters, control characters escaped.
+pub fn preview_key(s: &str) -> String {
+    bounded(s, KEY_CHARS)
+}
+
+fn bounded(s: &str, max_chars: usize) -> String {
     let mut out = String::new();
     for (n, c) in s.chars().enumerate() {
-        if n == PREVIEW_CHARS {
+        if n == max_chars {
             out.push('…');
             break;
         }

@@ -1,9 +1,11 @@
 //! Export manifests: `manifest-summary.json`, `manifest-files.json` and their checksum side
 //! files, resolved into the export's data files with what the manifests promise about each.
 //!
-//! Manifests are the source of truth: `data/` folders are never listed, and manifest keys that
-//! would leave the export root are refused. The same code resolves an export in a local folder
-//! and under an object-store prefix, through [`Tree`].
+//! Manifests are the source of truth: `data/` folders are never listed, manifest keys that
+//! would leave the export root are refused, and locally every file opened on the export's word is
+//! resolved and confined to the export root ([`LocalTree`]). Manifests and side files are read
+//! with bounds. The same code resolves an export in a local folder and under an object-store
+//! prefix, through [`Tree`].
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -12,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use md5::{Digest as _, Md5};
 use serde::{Deserialize, Serialize};
 
-use super::integrity::{MAX_SIDE_FILE_BYTES, preview, preview_bytes, side_file_matches};
+use super::integrity::{MAX_SIDE_FILE_BYTES, preview, preview_bytes, preview_key, side_file_matches};
 use super::{DataFile, Expected, Input, Layout, Plan, SourceError, io_err, md5_base64};
 
 /// The outcome of comparing a checksum side file with its manifest.
@@ -240,7 +242,7 @@ pub(crate) fn root_relative_key<'k>(
     manifest: &str,
     line: Option<usize>,
 ) -> Result<&'k str, SourceError> {
-    let escape = || SourceError::KeyEscapesRoot { manifest: manifest.to_owned(), line, key: preview(key) };
+    let escape = || SourceError::KeyEscapesRoot { manifest: manifest.to_owned(), line, key: preview_key(key) };
     let mut rel = key;
     if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
         let prefix = prefix.trim_end_matches('/');
@@ -337,7 +339,7 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
                 manifest: files_display.clone(),
                 first_line,
                 line: n,
-                key: preview(key),
+                key: preview_key(key),
             });
         }
         by_key.insert(rel.to_owned(), n);
@@ -363,14 +365,14 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
                         first_line: *first_line,
                         first_key: first_key.clone(),
                         line: n,
-                        key: preview(key),
+                        key: preview_key(key),
                         md5: preview(&entry.md5_checksum),
                         size,
                     });
                 }
             }
             Entry::Vacant(v) => {
-                v.insert((n, preview(key), entry.item_count));
+                v.insert((n, preview_key(key), entry.item_count));
             }
         }
         count += 1;

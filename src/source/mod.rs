@@ -5,7 +5,9 @@
 //! Resolution turns what the user named (a [`Location`]) into data files in processing order,
 //! each with what the manifests promise about it (item count, MD5 of the compressed bytes).
 //! Manifests are the source of truth ([`manifest`]): `data/` folders of exports are never
-//! listed, and manifest keys that would leave the export root are refused. Live tables
+//! listed, manifest keys and links that would leave the export root are refused, and so is a
+//! data file listed twice. What was read is compared with what the manifests promise in
+//! [`integrity`], as typed mismatches; the pipeline decides what they mean. Live tables
 //! (`dynamodb://TABLE`) are scanned into spool files first ([`live`]). This module knows nothing
 //! of Arrow or mappings.
 
