@@ -165,14 +165,15 @@ pub fn resolve_object(url: &ObjectUrl, aws: &AwsOptions, plan: &mut Plan) -> Res
     let key = url.key.clone();
 
     // One object named exactly: a manifest summary or a data file.
-    if !key.is_empty() && !key.ends_with('/') {
-        if let Some(size) = tree.head(&key)? {
-            if tree.file_name(&key) == "manifest-summary.json" {
-                return resolve_export(&tree, &key, plan);
-            }
-            plan.files.push(object_file(&tree, &key, size)?);
-            return Ok(());
+    if !key.is_empty()
+        && !key.ends_with('/')
+        && let Some(size) = tree.head(&key)?
+    {
+        if tree.file_name(&key) == "manifest-summary.json" {
+            return resolve_export(&tree, &key, plan);
         }
+        plan.files.push(object_file(&tree, &key, size)?);
+        return Ok(());
     }
     let dir = url.dir_prefix();
     let summary = format!("{dir}manifest-summary.json");
