@@ -11,3 +11,4 @@ mod real_export;
 mod roundtrip;
 mod sample;
 mod sql;
+mod tampered;
