@@ -343,3 +343,97 @@ impl Drop for ObjectReader {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The manifest checks through an object store (`memory://`): side files are read only as
+    //! far as a digest goes, hex digests verify, and a repeated manifest line is refused.
+
+    use md5::Digest as _;
+    use object_store::PutPayload;
+
+    use super::*;
+    use crate::source::manifest::MAX_SUMMARY_BYTES;
+    use crate::source::{SideFileCheck, integrity};
+    use crate::store::Scheme;
+
+    fn put(bucket: &str, key: &str, bytes: Vec<u8>) {
+        let store = crate::store::memory::store(bucket);
+        io_runtime().block_on(store.put(&ObjPath::from(key), PutPayload::from(bytes))).unwrap();
+    }
+
+    fn upload_sample(bucket: &str) -> String {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = crate::sample::generate(&crate::sample::SampleOptions {
+            out: tmp.path().join("e"),
+            users: 5,
+            files: 2,
+            seed: 3,
+            scan_json: None,
+        })
+        .unwrap();
+        let id = s.export_dir.file_name().unwrap().to_string_lossy().into_owned();
+        let mut stack = vec![tmp.path().join("e")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let rel = p.strip_prefix(tmp.path().join("e")).unwrap().to_string_lossy().into_owned();
+                    put(bucket, &format!("x/{rel}"), std::fs::read(&p).unwrap());
+                }
+            }
+        }
+        format!("x/AWSDynamoDB/{id}")
+    }
+
+    fn resolve(bucket: &str, key: &str) -> Result<Plan, SourceError> {
+        let url = ObjectUrl { scheme: Scheme::Memory, bucket: bucket.into(), key: key.into() };
+        let mut plan = Plan::default();
+        resolve_object(&url, &AwsOptions::default(), &mut plan).map(|()| plan)
+    }
+
+    fn get(bucket: &str, key: &str) -> Vec<u8> {
+        let store = crate::store::memory::store(bucket);
+        io_runtime().block_on(async { store.get(&ObjPath::from(key)).await.unwrap().bytes().await.unwrap().to_vec() })
+    }
+
+    #[test]
+    fn side_files_and_duplicates_in_an_object_store() {
+        let bucket = "source-object-integrity";
+        let export = upload_sample(bucket);
+        let plan = resolve(bucket, &format!("{export}/")).unwrap();
+        assert!(matches!(plan.exports[0].files_checksum, SideFileCheck::Verified { .. }));
+
+        // A hex digest verifies; a 5 MiB side object is a mismatch echoed as a short preview.
+        let files = get(bucket, &format!("{export}/manifest-files.json"));
+        let hex: String = md5::Md5::digest(&files).iter().map(|b| format!("{b:02x}")).collect();
+        put(bucket, &format!("{export}/manifest-files.md5"), format!("{hex}\n").into_bytes());
+        put(bucket, &format!("{export}/manifest-summary.md5"), vec![b'A'; 5 << 20]);
+        let plan = resolve(bucket, &format!("{export}/manifest-summary.json")).unwrap();
+        assert!(matches!(plan.exports[0].files_checksum, SideFileCheck::Verified { .. }));
+        let SideFileCheck::Mismatch { expected, .. } = &plan.exports[0].summary_checksum else {
+            panic!("{:?}", plan.exports[0].summary_checksum)
+        };
+        assert_eq!(expected.chars().count(), integrity::PREVIEW_CHARS + 1, "{expected}");
+
+        // A summary larger than any manifest is refused unread.
+        let summary = get(bucket, &format!("{export}/manifest-summary.json"));
+        let mut big = summary.clone();
+        big.resize(MAX_SUMMARY_BYTES as usize + 1, b' ');
+        put(bucket, &format!("{export}/manifest-summary.json"), big);
+        assert!(matches!(resolve(bucket, &format!("{export}/")), Err(SourceError::ManifestTooLarge { .. })));
+        put(bucket, &format!("{export}/manifest-summary.json"), summary);
+
+        // The same line twice: refused before reading, naming both lines.
+        let first = files.split(|&b| b == b'\n').next().unwrap().to_vec();
+        let mut twice = files.clone();
+        twice.extend_from_slice(&first);
+        twice.push(b'\n');
+        put(bucket, &format!("{export}/manifest-files.json"), twice);
+        let e = resolve(bucket, &format!("{export}/")).unwrap_err();
+        assert!(matches!(e, SourceError::DuplicateDataFile { first_line: 1, .. }), "{e}");
+        assert!(e.is_integrity());
+    }
+}
