@@ -21,6 +21,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::pipeline::{self, Progress};
+use crate::sink::manifest::{RunManifest, Verdict};
+use crate::source::integrity::Mismatch;
 pub use printer::Printer;
 
 /// What the process exits with.
@@ -28,7 +30,8 @@ pub use printer::Printer;
 pub enum ExitStatus {
     /// Everything worked.
     Success = 0,
-    /// The data broke a policy: rejects over `--max-rejects`, or any problem in `--strict` mode.
+    /// The data broke a policy: rejects over `--max-rejects`, an output that does not reconcile
+    /// with the export's manifests (without `--allow-mismatch`), or any problem in `--strict` mode.
     Failure = 1,
     /// Usage, configuration or internal error.
     Error = 2,
@@ -51,7 +54,7 @@ impl From<ExitStatus> for ExitCode {
         into one Parquet table per entity (or the tables a `--mapping` file declares, with keys \
         parsed into typed columns), keeps numbers, sets and binary exact, and reconciles every \
         item with the export's manifests.",
-    after_help = "Exit status: 0 success; 1 the data or a query broke a limit you set (--max-rejects, --strict, --timeout, --memory-limit); 2 usage, input or internal error."
+    after_help = "Exit status: 0 success; 1 the data or a query broke a policy: the output does not reconcile with the export's manifests (unless --allow-mismatch), or a limit you set (--max-rejects, --strict, --timeout, --memory-limit); 2 usage, input or internal error."
 )]
 pub struct Cli {
     /// More output on stderr: -v for progress logs per file and table, -vv for debug.
@@ -107,6 +110,11 @@ pub struct UnwindArgs {
     /// Fail on the first reject, checksum or count mismatch; nothing is published.
     #[arg(long)]
     pub strict: bool,
+    /// Exit with status 0 even when the output does not reconcile with the export's manifests
+    /// (items missing or extra, checksums that do not verify). Without it such a run is still
+    /// published but exits with 1; either way `_etl/run.json` and the summary report it.
+    #[arg(long, conflicts_with = "strict")]
+    pub allow_mismatch: bool,
     /// Exit with status 1 when more items than this are rejected (the output is still
     /// published, so the rejects can be inspected).
     #[arg(long, value_name = "N")]
@@ -238,6 +246,7 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
                 printer.warn(w);
             }
             printer.summary(&summary, &out);
+            let mut status = ExitStatus::Success;
             if let Some((rejects, max)) = summary.too_many_rejects {
                 printer.error(
                     &format!("{rejects} items were rejected, more than `--max-rejects {max}`"),
@@ -245,9 +254,19 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
                         "the output was published; inspect the rejects with `etl sql --data {out}` or any Parquet reader under `{out}/_rejects`"
                     )),
                 );
-                return ExitStatus::Failure;
+                status = ExitStatus::Failure;
             }
-            ExitStatus::Success
+            // The verdict is the summary's last line, whatever else was said.
+            let integrity = &summary.report.reconciliation.integrity;
+            match integrity.verdict {
+                Verdict::NotReconciled => {
+                    printer.error(&not_reconciled(&summary.report, "exit 1 (pass --allow-mismatch to accept)"), None);
+                    status = ExitStatus::Failure;
+                }
+                Verdict::Accepted => printer.warn(&not_reconciled(&summary.report, "accepted by --allow-mismatch")),
+                Verdict::Reconciled | Verdict::Unverified => {}
+            }
+            status
         }
         Err(e) => {
             let hint = e.hint();
@@ -255,6 +274,45 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
             if e.is_policy() { ExitStatus::Failure } else { ExitStatus::Error }
         }
     }
+}
+
+/// `NOT RECONCILED: 17,437 of 20,000 items read from export `…`; item count of 1 data file;
+/// exit 1 (…)`: what the manifests promised, what was read, and which checks did not verify.
+fn not_reconciled(report: &RunManifest, outcome: &str) -> String {
+    let i = &report.reconciliation.integrity;
+    let from = match report.exports.as_slice() {
+        [one] => format!("export `{}`", one.export_dir),
+        many => format!("{} exports", many.len()),
+    };
+    let counts = match i.expected_items {
+        Some(expected) => {
+            format!("{} of {} items read from {from}", printer::group(i.items_read), printer::group(expected))
+        }
+        None => format!("{} items read from files with manifests", printer::group(i.items_read)),
+    };
+    let of_files = |n: usize| if n == 1 { "1 data file".to_owned() } else { format!("{n} data files") };
+    let count = |pred: fn(&Mismatch) -> bool| i.mismatches.iter().filter(|m| pred(m)).count();
+    let mut failed = Vec::new();
+    let n = count(|m| matches!(m, Mismatch::ItemCount { .. }));
+    if n > 0 {
+        failed.push(format!("the item count of {}", of_files(n)));
+    }
+    let n = count(|m| matches!(m, Mismatch::DataMd5 { .. }));
+    if n > 0 {
+        failed.push(format!("the MD5 of {}", of_files(n)));
+    }
+    for m in &i.mismatches {
+        match m {
+            Mismatch::SideFile { file, .. } => failed.push(format!("`{file}`")),
+            Mismatch::SummaryCount { summary_items, listed_items, .. } => failed.push(format!(
+                "the summary's itemCount ({}, `manifest-files.json` lists {})",
+                printer::group(*summary_items),
+                printer::group(*listed_items)
+            )),
+            Mismatch::ItemCount { .. } | Mismatch::DataMd5 { .. } => {}
+        }
+    }
+    format!("NOT RECONCILED: {counts}; does not verify: {}; {outcome}", failed.join(", "))
 }
 
 fn sample(args: SampleArgs, printer: &Printer) -> ExitStatus {

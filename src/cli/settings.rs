@@ -44,6 +44,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         mapping: _mapping_paths,
         threads,
         strict,
+        allow_mismatch,
         max_rejects,
         overwrite,
         max_line_bytes,
@@ -73,6 +74,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
     s.type_attribute = type_attribute;
     s.threads = threads.map_or(cpus.max(1), usize::from);
     s.strict = strict;
+    s.allow_mismatch = allow_mismatch;
     s.max_rejects = max_rejects;
     s.overwrite = overwrite;
     s.max_line_bytes = max_line_bytes.max(1);

@@ -36,6 +36,7 @@ use crate::normalize::{MappedTables, NormalizeError};
 use crate::schema::TableSchema;
 use crate::sink::manifest::{ReportOptions, RunManifest, Timings};
 use crate::sink::{self, Committed, RowGroups, SinkError, SinkSettings};
+use crate::source::integrity::{self, Mismatch};
 use crate::source::live::ScanSettings;
 use crate::source::{self, SourceError};
 use crate::store::{Location, Target};
@@ -56,6 +57,8 @@ pub struct UnwindSettings {
     pub type_attribute: String,
     pub threads: usize,
     pub strict: bool,
+    /// Exit 0 even when the output does not reconcile with the manifests (still reported).
+    pub allow_mismatch: bool,
     pub max_rejects: Option<u64>,
     pub overwrite: bool,
     pub max_line_bytes: usize,
@@ -78,6 +81,7 @@ impl UnwindSettings {
             type_attribute: "Type".into(),
             threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             strict: false,
+            allow_mismatch: false,
             max_rejects: None,
             overwrite: false,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
@@ -111,6 +115,9 @@ pub enum UnwindError {
     Io { action: &'static str, path: String, source: std::io::Error },
     #[error("strict mode: {message}")]
     Strict { message: String },
+    /// `--strict`: a check of the data against its manifests did not verify.
+    #[error("strict mode: {0}")]
+    StrictMismatch(Mismatch),
     #[error(transparent)]
     Normalize(#[from] NormalizeError),
     /// A worker stopped because another one failed; never reported as the run's error.
@@ -128,6 +135,9 @@ impl UnwindError {
             UnwindError::Strict { .. } => {
                 Some("run without `--strict` to write rejects to the `_rejects` table and keep going".into())
             }
+            UnwindError::StrictMismatch(_) => Some(
+                "nothing was published; without `--strict` the output is published with every check in `_etl/run.json` and the run exits 1 (0 with `--allow-mismatch`)".into(),
+            ),
             UnwindError::Internal { .. } | UnwindError::Normalize(_) | UnwindError::Cancelled => {
                 Some("this is a bug in etl; please report it with the run's input if you can".into())
             }
@@ -135,9 +145,14 @@ impl UnwindError {
         }
     }
 
-    /// Policy failures (the data broke a rule the user asked for) exit with 1, others with 2.
+    /// Policy failures (the data broke a rule the user asked for, or the export does not match
+    /// its own manifests) exit with 1, others with 2.
     pub fn is_policy(&self) -> bool {
-        matches!(self, UnwindError::Strict { .. })
+        match self {
+            UnwindError::Strict { .. } | UnwindError::StrictMismatch(_) => true,
+            UnwindError::Source(e) => e.is_integrity(),
+            _ => false,
+        }
     }
 }
 
@@ -172,11 +187,10 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     )?;
     let scratch = sink.scratch().to_owned();
     let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
-    let mut warnings = report::export_problems(&plan);
     if settings.strict
-        && let Some(first) = warnings.first()
+        && let Some(first) = integrity::manifest_mismatches(&plan).into_iter().next()
     {
-        return Err(UnwindError::Strict { message: first.clone() });
+        return Err(UnwindError::StrictMismatch(first));
     }
     progress.total_bytes.store(plan.total_bytes(), std::sync::atomic::Ordering::Relaxed);
     let t_resolve = started.elapsed();
@@ -193,10 +207,12 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
     let t_write = t_write.elapsed();
 
-    let inputs = report::inputs(&plan, &read, &mut warnings);
+    let inputs = report::inputs(&plan, &read);
+    let integrity = report::integrity(&plan, &read, settings.allow_mismatch);
+    let mut warnings: Vec<String> = integrity.mismatches.iter().map(ToString::to_string).collect();
     warnings.extend(read.warnings.iter().cloned());
     warnings.extend(report::schema_warnings(&written));
-    let reconciliation = report::reconcile(&plan, &read, &written)?;
+    let reconciliation = report::reconcile(&plan, &read, &written, integrity)?;
     let rejects = reconciliation.rejects;
 
     progress.set_phase(Phase::Committing);
@@ -210,6 +226,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             strict: settings.strict,
             max_rejects: settings.max_rejects,
             max_line_bytes: settings.max_line_bytes,
+            allow_mismatch: settings.allow_mismatch,
         },
         inputs,
         exports: plan.exports.clone(),

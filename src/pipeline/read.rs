@@ -323,18 +323,10 @@ impl<'a> Worker<'a> {
 
 /// `--strict`: a file whose item count or MD5 differs from its manifest entry stops the run.
 fn strict_file_check(f: &DataFile, d: &FileDigest) -> Result<(), UnwindError> {
-    let Some(e) = &f.expected else { return Ok(()) };
-    if e.item_count != d.units {
-        return Err(UnwindError::Strict {
-            message: format!("`{}`: manifest says {} items, read {}", f.display, e.item_count, d.units),
-        });
+    match crate::source::integrity::file_mismatches(f, d).into_iter().next() {
+        Some(m) => Err(UnwindError::StrictMismatch(m)),
+        None => Ok(()),
     }
-    if d.md5_base64 != e.md5_base64 {
-        return Err(UnwindError::Strict {
-            message: format!("`{}`: MD5 of the compressed bytes does not match the manifest", f.display),
-        });
-    }
-    Ok(())
 }
 
 /// Runs pass one over every file of `plan`.

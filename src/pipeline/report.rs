@@ -1,5 +1,6 @@
-//! Assembling the run manifest: inputs with their checksum and count checks, the
-//! reconciliation of items read against rows and rejects written, and the mapping's counts.
+//! Assembling the run manifest: inputs with their checksum and count checks, the integrity
+//! verdict against the export's manifests, the reconciliation of items read against rows and
+//! rejects written, and the mapping's counts.
 
 use std::collections::BTreeMap;
 
@@ -9,11 +10,12 @@ use super::write::Written;
 use crate::mapping::Mapping;
 use crate::normalize::naming::REJECTS_TABLE;
 use crate::normalize::{EntityStats, MappedTables};
-use crate::sink::manifest::{EntityReport, InputReport, MappingReport, Reconciliation};
-use crate::source::{CheckStatus, Layout, Plan, SideFileCheck};
+use crate::sink::manifest::{EntityReport, InputReport, Integrity, MappingReport, Reconciliation};
+use crate::source::integrity::{self, preview};
+use crate::source::{CheckStatus, Layout, Plan};
 
-/// Each input with what was read of it, and a warning per check that did not verify.
-pub fn inputs(plan: &Plan, read: &ReadResult, warnings: &mut Vec<String>) -> Vec<InputReport> {
+/// Each input with what was read of it and its checks.
+pub fn inputs(plan: &Plan, read: &ReadResult) -> Vec<InputReport> {
     let mut inputs = Vec::with_capacity(plan.files.len());
     for (f, st) in plan.files.iter().zip(&read.files) {
         let d = &st.digest;
@@ -27,17 +29,6 @@ pub fn inputs(plan: &Plan, read: &ReadResult, warnings: &mut Vec<String>) -> Vec
             Some(_) => CheckStatus::Mismatch,
             None => CheckStatus::NotListed,
         };
-        if let Some(e) = &f.expected {
-            if item_count_check == CheckStatus::Mismatch {
-                warnings.push(format!("`{}`: manifest says {} items, read {}", f.display, e.item_count, d.units));
-            }
-            if md5_check == CheckStatus::Mismatch {
-                warnings.push(format!(
-                    "`{}`: MD5 of the compressed bytes is {}, the manifest says {}",
-                    f.display, d.md5_base64, e.md5_base64
-                ));
-            }
-        }
         inputs.push(InputReport {
             file: f.display.clone(),
             layout: match f.layout {
@@ -51,7 +42,7 @@ pub fn inputs(plan: &Plan, read: &ReadResult, warnings: &mut Vec<String>) -> Vec
             rejects: st.rejects,
             expected_items: f.expected.as_ref().map(|e| e.item_count),
             item_count_check,
-            md5_expected: f.expected.as_ref().map(|e| e.md5_base64.clone()),
+            md5_expected: f.expected.as_ref().map(|e| preview(&e.md5_base64)),
             md5_actual: Some(d.md5_base64.clone()),
             md5_check,
         });
@@ -59,28 +50,30 @@ pub fn inputs(plan: &Plan, read: &ReadResult, warnings: &mut Vec<String>) -> Vec
     inputs
 }
 
-/// What manifests say about themselves, checked before any data is read: checksum side files
-/// and the summary's item count against the files' manifest.
-pub fn export_problems(plan: &Plan) -> Vec<String> {
-    let mut problems = Vec::new();
-    for e in &plan.exports {
-        for check in [&e.summary_checksum, &e.files_checksum] {
-            if let SideFileCheck::Mismatch { file, expected, actual } = check {
-                problems.push(format!("`{}/{file}` says {expected} but the manifest's MD5 is {actual}", e.export_dir));
-            }
-        }
-        if e.summary_item_count != e.manifest_files_item_count {
-            problems.push(format!(
-                "export `{}`: `manifest-summary.json` says {} items, `manifest-files.json` lists {}",
-                e.export_dir, e.summary_item_count, e.manifest_files_item_count
-            ));
-        }
+/// The integrity verdict: every check of the manifests and of each data file read against
+/// them, judged under `--allow-mismatch`. Item sums cannot overflow: resolution refused plans
+/// whose counts do not fit.
+pub fn integrity(plan: &Plan, read: &ReadResult, allow_mismatch: bool) -> Integrity {
+    let mut mismatches = integrity::manifest_mismatches(plan);
+    for (f, st) in plan.files.iter().zip(&read.files) {
+        mismatches.extend(integrity::file_mismatches(f, &st.digest));
     }
-    problems
+    let listed = !plan.exports.is_empty() || plan.files.iter().any(|f| f.expected.is_some());
+    let expected_items =
+        (!plan.exports.is_empty()).then(|| plan.exports.iter().map(|e| e.summary_item_count).sum::<u64>());
+    let items_read =
+        plan.files.iter().zip(&read.files).filter(|(f, _)| f.expected.is_some()).map(|(_, st)| st.digest.units).sum();
+    Integrity::judge(listed, expected_items, items_read, mismatches, allow_mismatch)
 }
 
-/// Items read against rows and rejects written. A run that does not balance is a bug in etl.
-pub fn reconcile(plan: &Plan, read: &ReadResult, written: &Written) -> Result<Reconciliation, UnwindError> {
+/// Items read against rows and rejects written, with the integrity verdict. A run that does
+/// not balance is a bug in etl.
+pub fn reconcile(
+    plan: &Plan,
+    read: &ReadResult,
+    written: &Written,
+    integrity: Integrity,
+) -> Result<Reconciliation, UnwindError> {
     let items_read: u64 = read.files.iter().map(|s| s.digest.units).sum();
     let rejects: u64 = read.reject_counts.values().sum();
     // Child tables hold rows exploded from their parents' items: not items of their own.
@@ -100,6 +93,7 @@ pub fn reconcile(plan: &Plan, read: &ReadResult, written: &Written) -> Result<Re
         manifest_item_count,
         matches_manifest: manifest_item_count.map(|m| m == items_read),
         untyped_items: read.untyped.as_ref().map_or(0, |u| u.items),
+        integrity,
     };
     if !rec.balanced {
         return Err(UnwindError::Internal {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema::TableSchema;
 use crate::schema::{Demoted, Renamed, Widening};
+use crate::source::integrity::Mismatch;
 use crate::source::{CheckStatus, ExportInfo};
 
 /// Where the manifest lives inside an output.
@@ -76,6 +77,9 @@ pub struct ReportOptions {
     pub strict: bool,
     pub max_rejects: Option<u64>,
     pub max_line_bytes: usize,
+    /// `--allow-mismatch`: an output that does not reconcile with the manifests exits 0.
+    #[serde(default)]
+    pub allow_mismatch: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -107,6 +111,60 @@ pub struct Reconciliation {
     pub manifest_item_count: Option<u64>,
     pub matches_manifest: Option<bool>,
     pub untyped_items: u64,
+    /// Whether the output reconciles with the export's manifests, and every check that did not.
+    #[serde(default)]
+    pub integrity: Integrity,
+}
+
+/// The integrity verdict of a run: what was read against what the manifests promise.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Integrity {
+    pub verdict: Verdict,
+    /// Items the export summaries promise (their `itemCount`s), when an export was read.
+    pub expected_items: Option<u64>,
+    /// Items read from data files that a manifest lists.
+    pub items_read: u64,
+    /// Every check that did not verify, in the order found.
+    pub mismatches: Vec<Mismatch>,
+}
+
+/// What a run's output is, against the manifests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No input had a manifest (bare data files, scan output, live tables).
+    #[default]
+    Unverified,
+    /// Every item count, MD5 and checksum side file verified.
+    Reconciled,
+    /// Some check did not verify: the run exits 1 (after publishing).
+    NotReconciled,
+    /// Some check did not verify and `--allow-mismatch` accepted it: the run exits 0.
+    Accepted,
+}
+
+impl Integrity {
+    /// The verdict for `mismatches` among inputs that had manifests (`listed`).
+    pub fn judge(
+        listed: bool,
+        expected_items: Option<u64>,
+        items_read: u64,
+        mismatches: Vec<Mismatch>,
+        allow_mismatch: bool,
+    ) -> Integrity {
+        let verdict = match (listed || !mismatches.is_empty(), mismatches.is_empty(), allow_mismatch) {
+            (false, _, _) => Verdict::Unverified,
+            (true, true, _) => Verdict::Reconciled,
+            (true, false, false) => Verdict::NotReconciled,
+            (true, false, true) => Verdict::Accepted,
+        };
+        Integrity { verdict, expected_items, items_read, mismatches }
+    }
+
+    /// The data broke the integrity policy: the run exits 1.
+    pub fn fails(&self) -> bool {
+        self.verdict == Verdict::NotReconciled
+    }
 }
 
 /// What the mapping did, entity by entity.

@@ -253,14 +253,14 @@ pub struct FileDigest {
 
 /// Stored bytes, gunzipped when the file is gzip.
 enum Decompress {
-    Gzip(MultiGzDecoder<HashingReader<Box<dyn Read + Send>>>),
+    Gzip(Box<MultiGzDecoder<HashingReader<Box<dyn Read + Send>>>>),
     Plain(HashingReader<Box<dyn Read + Send>>),
 }
 
 impl Decompress {
     fn into_hashing(self) -> HashingReader<Box<dyn Read + Send>> {
         match self {
-            Decompress::Gzip(g) => g.into_inner(),
+            Decompress::Gzip(g) => (*g).into_inner(),
             Decompress::Plain(h) => h,
         }
     }
@@ -276,7 +276,7 @@ impl Read for Decompress {
 }
 
 enum Inner {
-    Lines(LineReader<BufReader<Decompress>>),
+    Lines(Box<LineReader<BufReader<Decompress>>>),
     /// A scan document read whole: unit spans `(offset, len, line)`.
     Scan {
         text: Vec<u8>,
@@ -306,13 +306,16 @@ impl Framer {
     pub fn open(file: &DataFile, max_line_bytes: usize, progress: Arc<AtomicU64>) -> Result<Framer, SourceError> {
         let raw = super::open(file).map_err(|source| SourceError::Io { path: file.display.clone(), source })?;
         let hashing = HashingReader::new(raw, progress);
-        let decompress =
-            if file.gzip { Decompress::Gzip(MultiGzDecoder::new(hashing)) } else { Decompress::Plain(hashing) };
+        let decompress = if file.gzip {
+            Decompress::Gzip(Box::new(MultiGzDecoder::new(hashing)))
+        } else {
+            Decompress::Plain(hashing)
+        };
         let format = file.format();
         let inner = match file.layout {
-            Layout::ExportLines => Inner::Lines(
+            Layout::ExportLines => Inner::Lines(Box::new(
                 LineReader::new(BufReader::with_capacity(BUFFER, decompress), max_line_bytes).skipping_blank_lines(),
-            ),
+            )),
             Layout::ScanOutput => {
                 let mut d = decompress;
                 let mut text = Vec::new();

@@ -1,14 +1,20 @@
 //! Export manifests: `manifest-summary.json`, `manifest-files.json` and their checksum side
 //! files, resolved into the export's data files with what the manifests promise about each.
 //!
-//! Manifests are the source of truth: `data/` folders are never listed, and manifest keys that
-//! would leave the export root are refused. The same code resolves an export in a local folder
-//! and under an object-store prefix, through [`Tree`].
+//! Manifests are the source of truth: `data/` folders are never listed, manifest keys that
+//! would leave the export root are refused, and locally every file opened on the export's word is
+//! resolved and confined to the export root ([`LocalTree`]). Manifests and side files are read
+//! with bounds. The same code resolves an export in a local folder and under an object-store
+//! prefix, through [`Tree`].
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::{Component, Path, PathBuf};
 
+use md5::{Digest as _, Md5};
 use serde::{Deserialize, Serialize};
 
+use super::integrity::{MAX_SIDE_FILE_BYTES, preview, preview_bytes, preview_key, side_file_matches};
 use super::{DataFile, Expected, Input, Layout, Plan, SourceError, io_err, md5_base64};
 
 /// The outcome of comparing a checksum side file with its manifest.
@@ -57,6 +63,11 @@ struct ManifestFileLine {
     data_file_s3_key: String,
 }
 
+/// The most bytes of a `manifest-summary.json`: a real one is under 1 KB.
+pub const MAX_SUMMARY_BYTES: u64 = 1024 * 1024;
+/// The most bytes of a `manifest-files.json`: about a million data files.
+pub const MAX_FILES_MANIFEST_BYTES: u64 = 256 * 1024 * 1024;
+
 /// What export resolution needs of where an export lives: a local folder or an S3 prefix.
 pub(crate) trait Tree {
     /// A location in the tree (a local path, an S3 key).
@@ -65,15 +76,106 @@ pub(crate) trait Tree {
     fn join(&self, base: &Self::P, rel: &str) -> Self::P;
     fn parent(&self, p: &Self::P) -> Self::P;
     fn file_name(&self, p: &Self::P) -> String;
-    fn read(&self, p: &Self::P) -> Result<Vec<u8>, SourceError>;
-    /// The size of a data file, `None` when it does not exist.
-    fn data_size(&self, p: &Self::P) -> Result<Option<u64>, SourceError>;
+    /// A manifest, whole: more than `max` bytes is [`SourceError::ManifestTooLarge`].
+    fn read(&self, p: &Self::P, max: u64) -> Result<Vec<u8>, SourceError>;
+    /// At most the first `max` bytes of a small file (a checksum side file) and its whole size;
+    /// `None` when it does not exist. Never reads more than `max` bytes.
+    fn read_head(&self, p: &Self::P, max: usize) -> Result<Option<(Vec<u8>, u64)>, SourceError>;
+    /// Where a data file's bytes are read from, and its size; `None` when it does not exist.
+    fn locate(&self, p: &Self::P) -> Result<Option<(Input, u64)>, SourceError>;
     fn display(&self, p: &Self::P) -> String;
-    fn input(&self, p: &Self::P) -> Input;
 }
 
-/// Local folders, read with `std::fs`.
-pub(crate) struct LocalTree;
+/// Which local path the user named for an export: links on that path are the user's choice,
+/// links inside the export are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Named {
+    /// The folder holding `AWSDynamoDB/` (the export root).
+    Root,
+    /// The `AWSDynamoDB/<ExportId>` folder.
+    ExportDir,
+    /// The `manifest-summary.json` file.
+    Summary,
+}
+
+/// A local export folder, read with `std::fs`, every file confined to the export root.
+///
+/// Manifest keys are confined by their text ([`root_relative_key`]); links are confined here:
+/// every file opened on the export's word (the summary when it was found rather than named,
+/// `manifest-files.json`, side files, data files) is resolved to its real path, which must lie
+/// inside the real export root (or inside the export folder or summary the user named, when
+/// those are links themselves). Links that stay inside the root are followed; data files are
+/// then opened by their real path, the one that was checked.
+pub(crate) struct LocalTree {
+    /// Real paths that files may resolve into.
+    anchors: Vec<PathBuf>,
+    /// The export root as named, for messages.
+    root: PathBuf,
+}
+
+/// `p`'s parent folder, `.` for a bare name (so it can be resolved).
+fn dir_of(p: &Path) -> PathBuf {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+impl LocalTree {
+    /// The tree of the export whose summary is at `summary`, found from what the user `named`.
+    pub(crate) fn new(summary: &Path, named: Named) -> Result<Self, SourceError> {
+        let export = dir_of(summary);
+        let root = dir_of(&dir_of(&export));
+        let real = |p: &Path| std::fs::canonicalize(p).map_err(io_err(p));
+        let mut anchors = vec![real(&root)?];
+        if named != Named::Root {
+            anchors.push(real(&export)?);
+        }
+        if named == Named::Summary {
+            anchors.push(real(summary)?);
+        }
+        Ok(LocalTree { anchors, root })
+    }
+
+    /// The real path of `p`, `None` when it does not exist; an error when it resolves outside
+    /// the export root.
+    fn confine(&self, p: &Path) -> Result<Option<PathBuf>, SourceError> {
+        let real = match std::fs::canonicalize(p) {
+            Ok(r) => r,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(io_err(p)(e)),
+        };
+        if self.anchors.iter().any(|a| real.starts_with(a)) {
+            Ok(Some(real))
+        } else {
+            Err(SourceError::LinkEscapesRoot {
+                path: p.display().to_string(),
+                target: real.display().to_string(),
+                root: self.root.display().to_string(),
+            })
+        }
+    }
+
+    /// The real path and size of a regular file inside the root, `None` when it does not exist.
+    fn regular_file(&self, p: &Path) -> Result<Option<(PathBuf, u64)>, SourceError> {
+        let Some(real) = self.confine(p)? else { return Ok(None) };
+        let meta = std::fs::metadata(&real).map_err(io_err(p))?;
+        if !meta.is_file() {
+            return Err(SourceError::NotAFile { path: p.display().to_string() });
+        }
+        Ok(Some((real, meta.len())))
+    }
+}
+
+/// Reads at most `max` bytes of `path`.
+fn read_at_most(path: &Path, max: u64, display: &Path) -> Result<Vec<u8>, SourceError> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).and_then(|f| f.take(max).read_to_end(&mut bytes)).map_err(io_err(display))?;
+    Ok(bytes)
+}
 
 impl Tree for LocalTree {
     type P = PathBuf;
@@ -86,51 +188,61 @@ impl Tree for LocalTree {
     fn file_name(&self, p: &PathBuf) -> String {
         p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
-    fn read(&self, p: &PathBuf) -> Result<Vec<u8>, SourceError> {
-        std::fs::read(p).map_err(io_err(p))
+    fn read(&self, p: &PathBuf, max: u64) -> Result<Vec<u8>, SourceError> {
+        let Some((real, size)) = self.regular_file(p)? else {
+            return Err(SourceError::NotFound { path: p.display().to_string() });
+        };
+        if size > max {
+            return Err(SourceError::ManifestTooLarge { path: p.display().to_string(), size, max });
+        }
+        let bytes = read_at_most(&real, max + 1, p)?;
+        if bytes.len() as u64 > max {
+            return Err(SourceError::ManifestTooLarge { path: p.display().to_string(), size: bytes.len() as u64, max });
+        }
+        Ok(bytes)
     }
-    fn data_size(&self, p: &PathBuf) -> Result<Option<u64>, SourceError> {
-        Ok(match std::fs::metadata(p) {
-            Ok(m) if m.is_file() => Some(m.len()),
-            _ => None,
-        })
+    fn read_head(&self, p: &PathBuf, max: usize) -> Result<Option<(Vec<u8>, u64)>, SourceError> {
+        let Some((real, size)) = self.regular_file(p)? else { return Ok(None) };
+        Ok(Some((read_at_most(&real, max as u64, p)?, size)))
+    }
+    fn locate(&self, p: &PathBuf) -> Result<Option<(Input, u64)>, SourceError> {
+        Ok(self.regular_file(p)?.map(|(real, size)| (Input::Path(real), size)))
     }
     fn display(&self, p: &PathBuf) -> String {
         p.display().to_string()
     }
-    fn input(&self, p: &PathBuf) -> Input {
-        Input::Path(p.clone())
-    }
 }
 
-/// Checks `<manifest>.md5` or `<manifest>.checksum` against the manifest's bytes.
-fn check_side_file<T: Tree>(tree: &T, manifest: &T::P, bytes: &[u8]) -> SideFileCheck {
+/// Checks `<manifest>.md5` or `<manifest>.checksum` against the manifest's bytes: a hex or
+/// base64 MD5 of them, read at most [`MAX_SIDE_FILE_BYTES`] and echoed at most as a preview.
+fn check_side_file<T: Tree>(tree: &T, manifest: &T::P, bytes: &[u8]) -> Result<SideFileCheck, SourceError> {
     let name = tree.file_name(manifest);
     let stem = name.strip_suffix(".json").unwrap_or(&name);
     let dir = tree.parent(manifest);
     for ext in ["md5", "checksum"] {
         let file = format!("{stem}.{ext}");
-        if let Ok(expected) = tree.read(&tree.join(&dir, &file)) {
-            let expected = String::from_utf8_lossy(&expected).trim().to_owned();
-            let actual = md5_base64(bytes);
-            return if expected == actual {
+        if let Some((head, size)) = tree.read_head(&tree.join(&dir, &file), MAX_SIDE_FILE_BYTES)? {
+            let digest = Md5::digest(bytes);
+            return Ok(if side_file_matches(&head, size, &digest) {
                 SideFileCheck::Verified { file }
             } else {
-                SideFileCheck::Mismatch { file, expected, actual }
-            };
+                SideFileCheck::Mismatch { file, expected: preview_bytes(&head, size), actual: md5_base64(bytes) }
+            });
         }
     }
-    SideFileCheck::Absent
+    Ok(SideFileCheck::Absent)
 }
 
 /// Maps an S3 key from a manifest to a path relative to the export's root (the folder or prefix
-/// holding `AWSDynamoDB/`), refusing keys that would leave it.
+/// holding `AWSDynamoDB/`), refusing keys that would leave it. `line` is the manifest line the
+/// key is on (`None` for the summary's `manifestFilesS3Key`).
 pub(crate) fn root_relative_key<'k>(
     key: &'k str,
     prefix: Option<&str>,
     manifest: &str,
+    line: Option<usize>,
 ) -> Result<&'k str, SourceError> {
-    let escape = || SourceError::KeyEscapesRoot { manifest: manifest.to_owned(), key: key.to_owned() };
+    let escape = || SourceError::KeyEscapesRoot { manifest: manifest.to_owned(), line, key: preview_key(key) };
     let mut rel = key;
     if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
         let prefix = prefix.trim_end_matches('/');
@@ -145,69 +257,129 @@ pub(crate) fn root_relative_key<'k>(
             None => return Err(escape()),
         }
     }
-    if Path::new(rel).components().any(|c| !matches!(c, Component::Normal(_))) || rel.contains("//") {
+    // Plain names only: `std::path` would skip a `.` in the middle, so segments are checked as
+    // text too (two spellings of one key would defeat the duplicate check).
+    if Path::new(rel).components().any(|c| !matches!(c, Component::Normal(_)))
+        || rel.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..")
+        || rel.contains('\\')
+        || rel.chars().any(char::is_control)
+    {
         return Err(escape());
     }
     Ok(rel)
 }
 
 /// Resolves a full export from its `manifest-summary.json` in `tree`.
+///
+/// Refused before any data is read: a data file listed twice (by key, or the same bytes under
+/// two keys by MD5 and size), a listed data file that is missing, item counts whose sum
+/// overflows, keys or links that leave the export root, and summaries of exports etl does not
+/// read. Checksum side files and the summary's item count are checked and recorded in the
+/// returned [`ExportInfo`]; what a mismatch means is the caller's policy.
 pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut Plan) -> Result<(), SourceError> {
     let export_dir = tree.parent(summary_path);
     let export_name = tree.display(&export_dir);
     // The folder that holds `AWSDynamoDB/`.
     let root = tree.parent(&tree.parent(&export_dir));
-    let summary_bytes = tree.read(summary_path)?;
+    let summary_bytes = tree.read(summary_path, MAX_SUMMARY_BYTES)?;
     let summary_display = tree.display(summary_path);
     let summary: ManifestSummary = serde_json::from_slice(&summary_bytes)
         .map_err(|e| SourceError::BadManifest { path: summary_display.clone(), message: e.to_string() })?;
-    if summary.export_type.as_deref() == Some("INCREMENTAL_EXPORT") {
-        return Err(SourceError::IncrementalNotSupported { export: export_name });
+    let unknown = |field: &'static str, value: &str, expected: &'static str| SourceError::UnknownSummaryValue {
+        path: summary_display.clone(),
+        field,
+        value: preview(value),
+        expected,
+    };
+    match summary.export_type.as_deref() {
+        None | Some("FULL_EXPORT") => {}
+        Some("INCREMENTAL_EXPORT") => return Err(SourceError::IncrementalNotSupported { export: export_name }),
+        Some(other) => return Err(unknown("exportType", other, "`FULL_EXPORT` or `INCREMENTAL_EXPORT`")),
     }
-    let output_format = summary.output_format.clone().unwrap_or_else(|| "DYNAMODB_JSON".into());
-    if output_format == "ION" {
-        return Err(SourceError::IonNotSupported { export: export_name });
-    }
-    let summary_checksum = check_side_file(tree, summary_path, &summary_bytes);
+    let output_format = match summary.output_format.as_deref() {
+        None | Some("DYNAMODB_JSON") => "DYNAMODB_JSON".to_owned(),
+        Some("ION") => return Err(SourceError::IonNotSupported { export: export_name }),
+        Some(other) => return Err(unknown("outputFormat", other, "`DYNAMODB_JSON` or `ION`")),
+    };
+    let summary_checksum = check_side_file(tree, summary_path, &summary_bytes)?;
     let default_files = tree.join(&export_dir, "manifest-files.json");
     let files_path = match &summary.manifest_files_s3_key {
         Some(key) => {
-            let p = tree.join(&root, root_relative_key(key, summary.s3_prefix.as_deref(), &summary_display)?);
-            if tree.data_size(&p)?.is_some() { p } else { default_files }
+            let rel = root_relative_key(key, summary.s3_prefix.as_deref(), &summary_display, None)?;
+            let p = tree.join(&root, rel);
+            if tree.locate(&p)?.is_some() { p } else { default_files }
         }
         None => default_files,
     };
-    let files_bytes = tree.read(&files_path)?;
-    let files_checksum = check_side_file(tree, &files_path, &files_bytes);
+    let files_bytes = tree.read(&files_path, MAX_FILES_MANIFEST_BYTES)?;
+    let files_checksum = check_side_file(tree, &files_path, &files_bytes)?;
     let files_display = tree.display(&files_path);
     let text = std::str::from_utf8(&files_bytes)
         .map_err(|e| SourceError::BadManifest { path: files_display.clone(), message: e.to_string() })?;
     let mut total = 0u64;
     let mut count = 0usize;
+    // Root-relative key -> line, and (MD5, size) -> (line, key, items): a data file listed twice
+    // would be read twice.
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    let mut by_content: HashMap<(String, u64), (usize, String, u64)> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
         if line.trim().is_empty() {
             continue;
         }
         let entry: ManifestFileLine = serde_json::from_str(line).map_err(|e| SourceError::BadManifestLine {
             path: files_display.clone(),
-            line: i + 1,
+            line: n,
             message: e.to_string(),
         })?;
-        let rel = root_relative_key(&entry.data_file_s3_key, summary.s3_prefix.as_deref(), &files_display)?;
+        let key = &entry.data_file_s3_key;
+        let rel = root_relative_key(key, summary.s3_prefix.as_deref(), &files_display, Some(n))?;
+        if let Some(&first_line) = by_key.get(rel) {
+            return Err(SourceError::DuplicateDataFile {
+                manifest: files_display.clone(),
+                first_line,
+                line: n,
+                key: preview_key(key),
+            });
+        }
+        by_key.insert(rel.to_owned(), n);
+        total = total
+            .checked_add(entry.item_count)
+            .ok_or_else(|| SourceError::ItemCountOverflow { manifest: files_display.clone(), line: n })?;
         let path = tree.join(&root, rel);
         let display = tree.display(&path);
-        let Some(size) = tree.data_size(&path)? else {
-            return Err(SourceError::MissingDataFile { manifest: files_display.clone(), line: i + 1, path: display });
+        let Some((input, size)) = tree.locate(&path)? else {
+            return Err(SourceError::MissingDataFile { manifest: files_display.clone(), line: n, path: display });
         };
         if display.ends_with(".ion.gz") {
             return Err(SourceError::IonNotSupported { export: export_name });
         }
-        total += entry.item_count;
+        // AWS writes many identical empty files (the 20-byte gzip of nothing): the same bytes
+        // twice are only harmless when both entries promise no items.
+        match by_content.entry((entry.md5_checksum.clone(), size)) {
+            Entry::Occupied(o) => {
+                let (first_line, first_key, first_items) = o.get();
+                if *first_items > 0 || entry.item_count > 0 {
+                    return Err(SourceError::DuplicateContent {
+                        manifest: files_display.clone(),
+                        first_line: *first_line,
+                        first_key: first_key.clone(),
+                        line: n,
+                        key: preview_key(key),
+                        md5: preview(&entry.md5_checksum),
+                        size,
+                    });
+                }
+            }
+            Entry::Vacant(v) => {
+                v.insert((n, preview_key(key), entry.item_count));
+            }
+        }
         count += 1;
         plan.files.push(DataFile {
             gzip: display.ends_with(".gz"),
             display,
-            input: tree.input(&path),
+            input,
             layout: Layout::ExportLines,
             size,
             expected: Some(Expected { item_count: entry.item_count, md5_base64: entry.md5_checksum }),
@@ -233,13 +405,27 @@ mod tests {
 
     #[test]
     fn keys_are_confined_to_the_root() {
-        let ok = root_relative_key("nightly/AWSDynamoDB/1-a/data/x.json.gz", Some("nightly"), "m").unwrap();
+        let ok = root_relative_key("nightly/AWSDynamoDB/1-a/data/x.json.gz", Some("nightly"), "m", None).unwrap();
         assert_eq!(ok, "AWSDynamoDB/1-a/data/x.json.gz");
-        assert!(root_relative_key("AWSDynamoDB/1-a/data/x.json.gz", None, "m").is_ok());
-        for bad in
-            ["AWSDynamoDB/../../etc/passwd", "/etc/passwd", "AWSDynamoDB/1-a/../../../x", "elsewhere/file.json.gz"]
-        {
-            assert!(matches!(root_relative_key(bad, None, "m"), Err(SourceError::KeyEscapesRoot { .. })), "{bad}");
+        assert!(root_relative_key("AWSDynamoDB/1-a/data/x.json.gz", None, "m", Some(1)).is_ok());
+        for bad in [
+            "AWSDynamoDB/../../etc/passwd",
+            "/etc/passwd",
+            "AWSDynamoDB/1-a/../../../x",
+            "elsewhere/file.json.gz",
+            "AWSDynamoDB/1-a//data/x.json.gz",
+            "AWSDynamoDB/1-a/./data/x.json.gz",
+            "AWSDynamoDB\\..\\..\\etc\\passwd",
+            "AWSDynamoDB/1-a/data\\..\\..\\x",
+            "AWSDynamoDB/1-a/data/x\0.json.gz",
+            "AWSDynamoDB/1-a/data/",
+            "AWSDynamoDB/1-a/data/x.json.gz/.",
+            "",
+        ] {
+            assert!(
+                matches!(root_relative_key(bad, None, "m", Some(3)), Err(SourceError::KeyEscapesRoot { .. })),
+                "{bad}"
+            );
         }
     }
 }

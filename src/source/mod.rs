@@ -5,11 +5,14 @@
 //! Resolution turns what the user named (a [`Location`]) into data files in processing order,
 //! each with what the manifests promise about it (item count, MD5 of the compressed bytes).
 //! Manifests are the source of truth ([`manifest`]): `data/` folders of exports are never
-//! listed, and manifest keys that would leave the export root are refused. Live tables
+//! listed, manifest keys and links that would leave the export root are refused, and so is a
+//! data file listed twice. What was read is compared with what the manifests promise in
+//! [`integrity`], as typed mismatches; the pipeline decides what they mean. Live tables
 //! (`dynamodb://TABLE`) are scanned into spool files first ([`live`]). This module knows nothing
 //! of Arrow or mappings.
 
 pub mod frame;
+pub mod integrity;
 pub mod live;
 pub mod manifest;
 pub mod object;
@@ -109,10 +112,36 @@ pub enum SourceError {
     BadManifest { path: String, message: String },
     #[error("`{path}` line {line} is not a valid manifest entry: {message}")]
     BadManifestLine { path: String, line: usize, message: String },
-    #[error("manifest key `{key}` in `{manifest}` leaves the export root")]
-    KeyEscapesRoot { manifest: String, key: String },
-    #[error("data file `{path}` listed in `{manifest}` line {line} is missing")]
+    #[error("manifest key `{key}` in `{manifest}`{} leaves the export root", at_line(.line))]
+    KeyEscapesRoot { manifest: String, line: Option<usize>, key: String },
+    #[error("`{path}` resolves to `{target}`, outside the export root `{root}`")]
+    LinkEscapesRoot { path: String, target: String, root: String },
+    #[error("`{path}` is not a regular file")]
+    NotAFile { path: String },
+    #[error("`{path}` is {size} bytes, more than a manifest can be ({max} bytes)")]
+    ManifestTooLarge { path: String, size: u64, max: u64 },
+    #[error("`{path}` has `{field}: \"{value}\"`; expected {expected}")]
+    UnknownSummaryValue { path: String, field: &'static str, value: String, expected: &'static str },
+    #[error("data file `{path}` listed in `{manifest}` line {line} is missing (integrity check)")]
     MissingDataFile { manifest: String, line: usize, path: String },
+    #[error("`{manifest}` lists data file `{key}` twice, on lines {first_line} and {line} (duplicate check)")]
+    DuplicateDataFile { manifest: String, first_line: usize, line: usize, key: String },
+    #[error(
+        "`{manifest}` lists the same bytes twice: line {first_line} `{first_key}` and line {line} `{key}` have the same MD5 `{md5}` and size ({size} bytes) (duplicate check)"
+    )]
+    DuplicateContent {
+        manifest: String,
+        first_line: usize,
+        first_key: String,
+        line: usize,
+        key: String,
+        md5: String,
+        size: u64,
+    },
+    #[error("`{manifest}` line {line}: the sum of `itemCount` overflows (more than {} items)", u64::MAX)]
+    ItemCountOverflow { manifest: String, line: usize },
+    #[error("the item counts of all sources together overflow (more than {} items, at `{manifest}`)", u64::MAX)]
+    TotalItemCountOverflow { manifest: String },
     #[error("export `{export}` is an incremental export; incremental exports are not supported yet")]
     IncrementalNotSupported { export: String },
     #[error("export `{export}` is in Amazon Ion format; Ion exports are not supported yet")]
@@ -143,6 +172,18 @@ impl SourceError {
     pub fn hint(&self) -> Option<String> {
         match self {
             SourceError::KeyEscapesRoot { .. } => Some("the manifest may have been edited; regenerate the export or fix the key".into()),
+            SourceError::LinkEscapesRoot { .. } => Some(
+                "links inside an export may point only within it; copy the files into the export folder, or pass the data files themselves (`etl unwind DIR/data/`) to read them without the manifests".into(),
+            ),
+            SourceError::DuplicateDataFile { .. } | SourceError::DuplicateContent { .. } => Some(
+                "a data file listed twice would be read twice; the manifest was edited or damaged: copy the export again".into(),
+            ),
+            SourceError::ItemCountOverflow { .. } | SourceError::TotalItemCountOverflow { .. } => {
+                Some("no table holds that many items; the manifest was edited or damaged: copy the export again".into())
+            }
+            SourceError::ManifestTooLarge { .. } | SourceError::NotAFile { .. } | SourceError::UnknownSummaryValue { .. } => {
+                Some("this is not a manifest AWS writes; copy the export again".into())
+            }
             SourceError::MissingDataFile { .. } => Some(
                 "copy the whole export folder, including every file named in `manifest-files.json` (for example with `aws s3 sync`)".into(),
             ),
@@ -165,6 +206,23 @@ impl SourceError {
             _ => None,
         }
     }
+}
+
+impl SourceError {
+    /// The export does not match its own manifests (a listed data file missing, a data file
+    /// listed twice): the data broke the integrity policy, exit status 1.
+    pub fn is_integrity(&self) -> bool {
+        matches!(
+            self,
+            SourceError::MissingDataFile { .. }
+                | SourceError::DuplicateDataFile { .. }
+                | SourceError::DuplicateContent { .. }
+        )
+    }
+}
+
+fn at_line(line: &Option<usize>) -> String {
+    line.map(|n| format!(" line {n}")).unwrap_or_default()
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
@@ -208,21 +266,43 @@ pub fn resolve(
             }
         }
     }
+    check_item_totals(&plan)?;
     Ok(plan)
+}
+
+/// Every sum of item counts the run makes fits: over the summaries, and over the data files.
+fn check_item_totals(plan: &Plan) -> Result<(), SourceError> {
+    let mut summaries = 0u64;
+    for e in &plan.exports {
+        summaries = summaries
+            .checked_add(e.summary_item_count)
+            .ok_or_else(|| SourceError::TotalItemCountOverflow { manifest: e.export_dir.clone() })?;
+    }
+    let mut files = 0u64;
+    for f in &plan.files {
+        if let Some(e) = &f.expected {
+            files = files
+                .checked_add(e.item_count)
+                .ok_or_else(|| SourceError::TotalItemCountOverflow { manifest: f.display.clone() })?;
+        }
+    }
+    Ok(())
 }
 
 fn resolve_path(path: &Path, plan: &mut Plan) -> Result<(), SourceError> {
     let meta = std::fs::metadata(path).map_err(io_err(path))?;
     if meta.is_file() {
         if path.file_name().is_some_and(|n| n == "manifest-summary.json") {
-            return manifest::resolve_export(&manifest::LocalTree, &path.to_owned(), plan);
+            let tree = manifest::LocalTree::new(path, manifest::Named::Summary)?;
+            return manifest::resolve_export(&tree, &path.to_owned(), plan);
         }
         plan.files.push(data_file(path, path.display().to_string())?);
         return Ok(());
     }
     let summary = path.join("manifest-summary.json");
     if summary.is_file() {
-        return manifest::resolve_export(&manifest::LocalTree, &summary, plan);
+        let tree = manifest::LocalTree::new(&summary, manifest::Named::ExportDir)?;
+        return manifest::resolve_export(&tree, &summary, plan);
     }
     let aws = path.join("AWSDynamoDB");
     if aws.is_dir() {
@@ -237,7 +317,10 @@ fn resolve_path(path: &Path, plan: &mut Plan) -> Result<(), SourceError> {
         summaries.sort();
         match summaries.len() {
             0 => {} // e.g. moto's export: data files without manifests; fall through to a listing.
-            1 => return manifest::resolve_export(&manifest::LocalTree, &summaries[0], plan),
+            1 => {
+                let tree = manifest::LocalTree::new(&summaries[0], manifest::Named::Root)?;
+                return manifest::resolve_export(&tree, &summaries[0], plan);
+            }
             n => {
                 let list = summaries
                     .iter()

@@ -78,6 +78,10 @@ impl ObjTree {
         })
     }
 
+    fn input(&self, p: &str) -> Input {
+        Input::Object(ObjectRef { store: self.store.clone(), key: ObjPath::from(p) })
+    }
+
     fn head(&self, key: &str) -> Result<Option<u64>, SourceError> {
         let p = ObjPath::from(key);
         match self.block(self.store.head(&p)) {
@@ -99,16 +103,44 @@ impl Tree for ObjTree {
     fn file_name(&self, p: &String) -> String {
         p.rsplit('/').next().unwrap_or_default().to_owned()
     }
-    fn read(&self, p: &String) -> Result<Vec<u8>, SourceError> {
+    fn read(&self, p: &String, max: u64) -> Result<Vec<u8>, SourceError> {
         let key = ObjPath::from(p.as_str());
+        let url = self.url.url_of(p);
         self.block(async {
-            let r = self.store.get(&key).await?;
-            r.bytes().await
+            let r = self.store.get(&key).await.map_err(|e| describe_error(&url, &e))?;
+            if r.meta.size > max {
+                return Err(SourceError::ManifestTooLarge { path: url.clone(), size: r.meta.size, max });
+            }
+            r.bytes().await.map_err(|e| describe_error(&url, &e))
         })
         .map(|b| b.to_vec())
-        .map_err(|e| describe_error(&self.url.url_of(p), &e))
     }
-    fn data_size(&self, p: &String) -> Result<Option<u64>, SourceError> {
+    fn read_head(&self, p: &String, max: usize) -> Result<Option<(Vec<u8>, u64)>, SourceError> {
+        let key = ObjPath::from(p.as_str());
+        let url = self.url.url_of(p);
+        self.block(async {
+            let r = match self.store.get(&key).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(describe_error(&url, &e)),
+            };
+            let size = r.meta.size;
+            // Stream only the first chunks; dropping the stream ends the download.
+            let mut head = Vec::new();
+            let mut stream = r.into_stream();
+            while head.len() < max {
+                match stream.next().await {
+                    Some(chunk) => {
+                        let chunk = chunk.map_err(|e| describe_error(&url, &e))?;
+                        head.extend_from_slice(&chunk[..chunk.len().min(max - head.len())]);
+                    }
+                    None => break,
+                }
+            }
+            Ok(Some((head, size)))
+        })
+    }
+    fn locate(&self, p: &String) -> Result<Option<(Input, u64)>, SourceError> {
         // List each export's folder once instead of one HEAD request per data file.
         let dir = self.parent(p);
         if self.listed.borrow_mut().insert(dir.clone()) {
@@ -118,13 +150,10 @@ impl Tree for ObjTree {
                 sizes.insert(m.location.to_string(), m.size);
             }
         }
-        Ok(self.sizes.borrow().get(p).copied())
+        Ok(self.sizes.borrow().get(p).copied().map(|size| (self.input(p), size)))
     }
     fn display(&self, p: &String) -> String {
         self.url.url_of(p)
-    }
-    fn input(&self, p: &String) -> Input {
-        Input::Object(ObjectRef { store: self.store.clone(), key: ObjPath::from(p.as_str()) })
     }
 }
 
@@ -136,14 +165,15 @@ pub fn resolve_object(url: &ObjectUrl, aws: &AwsOptions, plan: &mut Plan) -> Res
     let key = url.key.clone();
 
     // One object named exactly: a manifest summary or a data file.
-    if !key.is_empty() && !key.ends_with('/') {
-        if let Some(size) = tree.head(&key)? {
-            if tree.file_name(&key) == "manifest-summary.json" {
-                return resolve_export(&tree, &key, plan);
-            }
-            plan.files.push(object_file(&tree, &key, size)?);
-            return Ok(());
+    if !key.is_empty()
+        && !key.ends_with('/')
+        && let Some(size) = tree.head(&key)?
+    {
+        if tree.file_name(&key) == "manifest-summary.json" {
+            return resolve_export(&tree, &key, plan);
         }
+        plan.files.push(object_file(&tree, &key, size)?);
+        return Ok(());
     }
     let dir = url.dir_prefix();
     let summary = format!("{dir}manifest-summary.json");
@@ -311,5 +341,99 @@ impl Read for ObjectReader {
 impl Drop for ObjectReader {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The manifest checks through an object store (`memory://`): side files are read only as
+    //! far as a digest goes, hex digests verify, and a repeated manifest line is refused.
+
+    use md5::Digest as _;
+    use object_store::PutPayload;
+
+    use super::*;
+    use crate::source::manifest::MAX_SUMMARY_BYTES;
+    use crate::source::{SideFileCheck, integrity};
+    use crate::store::Scheme;
+
+    fn put(bucket: &str, key: &str, bytes: Vec<u8>) {
+        let store = crate::store::memory::store(bucket);
+        io_runtime().block_on(store.put(&ObjPath::from(key), PutPayload::from(bytes))).unwrap();
+    }
+
+    fn upload_sample(bucket: &str) -> String {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = crate::sample::generate(&crate::sample::SampleOptions {
+            out: tmp.path().join("e"),
+            users: 5,
+            files: 2,
+            seed: 3,
+            scan_json: None,
+        })
+        .unwrap();
+        let id = s.export_dir.file_name().unwrap().to_string_lossy().into_owned();
+        let mut stack = vec![tmp.path().join("e")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let rel = p.strip_prefix(tmp.path().join("e")).unwrap().to_string_lossy().into_owned();
+                    put(bucket, &format!("x/{rel}"), std::fs::read(&p).unwrap());
+                }
+            }
+        }
+        format!("x/AWSDynamoDB/{id}")
+    }
+
+    fn resolve(bucket: &str, key: &str) -> Result<Plan, SourceError> {
+        let url = ObjectUrl { scheme: Scheme::Memory, bucket: bucket.into(), key: key.into() };
+        let mut plan = Plan::default();
+        resolve_object(&url, &AwsOptions::default(), &mut plan).map(|()| plan)
+    }
+
+    fn get(bucket: &str, key: &str) -> Vec<u8> {
+        let store = crate::store::memory::store(bucket);
+        io_runtime().block_on(async { store.get(&ObjPath::from(key)).await.unwrap().bytes().await.unwrap().to_vec() })
+    }
+
+    #[test]
+    fn side_files_and_duplicates_in_an_object_store() {
+        let bucket = "source-object-integrity";
+        let export = upload_sample(bucket);
+        let plan = resolve(bucket, &format!("{export}/")).unwrap();
+        assert!(matches!(plan.exports[0].files_checksum, SideFileCheck::Verified { .. }));
+
+        // A hex digest verifies; a 5 MiB side object is a mismatch echoed as a short preview.
+        let files = get(bucket, &format!("{export}/manifest-files.json"));
+        let hex: String = md5::Md5::digest(&files).iter().map(|b| format!("{b:02x}")).collect();
+        put(bucket, &format!("{export}/manifest-files.md5"), format!("{hex}\n").into_bytes());
+        put(bucket, &format!("{export}/manifest-summary.md5"), vec![b'A'; 5 << 20]);
+        let plan = resolve(bucket, &format!("{export}/manifest-summary.json")).unwrap();
+        assert!(matches!(plan.exports[0].files_checksum, SideFileCheck::Verified { .. }));
+        let SideFileCheck::Mismatch { expected, .. } = &plan.exports[0].summary_checksum else {
+            panic!("{:?}", plan.exports[0].summary_checksum)
+        };
+        assert_eq!(expected.chars().count(), integrity::PREVIEW_CHARS + 1, "{expected}");
+
+        // A summary larger than any manifest is refused unread.
+        let summary = get(bucket, &format!("{export}/manifest-summary.json"));
+        let mut big = summary.clone();
+        big.resize(MAX_SUMMARY_BYTES as usize + 1, b' ');
+        put(bucket, &format!("{export}/manifest-summary.json"), big);
+        assert!(matches!(resolve(bucket, &format!("{export}/")), Err(SourceError::ManifestTooLarge { .. })));
+        put(bucket, &format!("{export}/manifest-summary.json"), summary);
+
+        // The same line twice: refused before reading, naming both lines.
+        let first = files.split(|&b| b == b'\n').next().unwrap().to_vec();
+        let mut twice = files.clone();
+        twice.extend_from_slice(&first);
+        twice.push(b'\n');
+        put(bucket, &format!("{export}/manifest-files.json"), twice);
+        let e = resolve(bucket, &format!("{export}/")).unwrap_err();
+        assert!(matches!(e, SourceError::DuplicateDataFile { first_line: 1, .. }), "{e}");
+        assert!(e.is_integrity());
     }
 }

@@ -138,9 +138,13 @@ fn truncated_gzip_is_a_reject_and_a_warning() {
     let other = gzip(format!("{}\n", good(9999)).as_bytes());
     let export = write_export(tmp.path(), &[cut, other], &[2000, 1]);
     let out = tmp.path().join("out");
-    let run = unwind(&[&export], &out, &[], 0);
+    // Published, so the rejects can be read, but the output does not reconcile: exit 1.
+    let run = unwind(&[&export], &out, &[], 1);
     assert!(run.stderr.contains("corrupt or truncated"), "{}", run.stderr);
+    let last = run.stderr.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("error: NOT RECONCILED: ") && last.contains("of 2,001 items read"), "{last}");
     let report = run_report(&out);
+    assert_eq!(report["reconciliation"]["integrity"]["verdict"], "not_reconciled");
     assert_eq!(report["rejects_by_reason"]["corrupt_file"], 1);
     assert_eq!(report["reconciliation"]["balanced"], true);
     assert_eq!(report["reconciliation"]["matches_manifest"], false);
@@ -148,13 +152,17 @@ fn truncated_gzip_is_a_reject_and_a_warning() {
     assert_eq!(report["inputs"][1]["item_count_check"], "verified");
     let users = count_rows(&out.join("user"));
     assert!(users > 1 && users < 2001, "{users}");
+    // Accepted knowingly: exit 0, still reported.
+    let run = unwind(&[&export], &out, &["--allow-mismatch"], 0);
+    assert!(run.stderr.trim_end().lines().last().unwrap().starts_with("warning: NOT RECONCILED"), "{}", run.stderr);
+    assert_eq!(run_report(&out)["reconciliation"]["integrity"]["verdict"], "accepted");
 }
 
 #[test]
-fn checksum_and_count_mismatches_warn_or_fail_in_strict_mode() {
+fn checksum_and_count_mismatches_exit_1_or_fail_in_strict_mode() {
     let tmp = tempfile::tempdir().unwrap();
     let data = gzip(format!("{}\n{}\n", good(1), good(2)).as_bytes());
-    let export = write_export(tmp.path(), &[data.clone()], &[2]);
+    let export = write_export(tmp.path(), std::slice::from_ref(&data), &[2]);
     // Corrupt the manifest's checksum and count (and refresh its .md5 so only these differ).
     let mf = export.join("manifest-files.json");
     let text = std::fs::read_to_string(&mf)
@@ -164,7 +172,7 @@ fn checksum_and_count_mismatches_warn_or_fail_in_strict_mode() {
     std::fs::write(&mf, &text).unwrap();
     std::fs::write(export.join("manifest-files.md5"), md5_b64(text.as_bytes())).unwrap();
     let out = tmp.path().join("out");
-    let run = unwind(&[&export], &out, &[], 0);
+    let run = unwind(&[&export], &out, &[], 1);
     assert!(run.stderr.contains("MD5"), "{}", run.stderr);
     assert!(run.stderr.contains("manifest says 3 items, read 2"), "{}", run.stderr);
     let report = run_report(&out);
@@ -183,10 +191,11 @@ fn broken_exports_give_clear_errors() {
 
     // A data file listed in the manifest is missing.
     let a = tmp.path().join("missing");
-    let export = write_export(&a, &[data.clone()], &[1]);
+    let export = write_export(&a, std::slice::from_ref(&data), &[1]);
     let key = std::fs::read_dir(export.join("data")).unwrap().next().unwrap().unwrap().path();
     std::fs::remove_file(&key).unwrap();
-    let run = unwind(&[&export], &tmp.path().join("o1"), &[], 2);
+    // The export does not match its manifest: an integrity failure, refused before reading.
+    let run = unwind(&[&export], &tmp.path().join("o1"), &[], 1);
     assert!(
         run.stderr.contains("is missing")
             && run.stderr.contains("manifest-files.json")
@@ -198,7 +207,7 @@ fn broken_exports_give_clear_errors() {
 
     // A key that escapes the export root.
     let b = tmp.path().join("escape");
-    let export = write_export(&b, &[data.clone()], &[1]);
+    let export = write_export(&b, std::slice::from_ref(&data), &[1]);
     let mf = export.join("manifest-files.json");
     let text = std::fs::read_to_string(&mf).unwrap();
     let evil = text.replace("AWSDynamoDB/01790000000000-0a1b2c3d/data/", "AWSDynamoDB/../../../etc/");
@@ -208,7 +217,7 @@ fn broken_exports_give_clear_errors() {
 
     // An incremental export and an Ion export are refused by name.
     let c = tmp.path().join("incr");
-    let export = write_export(&c, &[data.clone()], &[1]);
+    let export = write_export(&c, std::slice::from_ref(&data), &[1]);
     let sp = export.join("manifest-summary.json");
     let s = std::fs::read_to_string(&sp)
         .unwrap()
@@ -217,7 +226,7 @@ fn broken_exports_give_clear_errors() {
     let run = unwind(&[&export], &tmp.path().join("o3"), &[], 2);
     assert!(run.stderr.contains("incremental exports are not supported yet"), "{}", run.stderr);
     let d = tmp.path().join("ion");
-    let export = write_export(&d, &[data.clone()], &[1]);
+    let export = write_export(&d, std::slice::from_ref(&data), &[1]);
     let sp = export.join("manifest-summary.json");
     let s = std::fs::read_to_string(&sp).unwrap().replace("DYNAMODB_JSON", "ION");
     std::fs::write(&sp, s).unwrap();
@@ -318,7 +327,8 @@ fn every_command_sees_the_same_frames_and_rejects() {
     let export = write_export(tmp.path(), &[gzip(&data), truncated], &[2 * bad, 2000]);
 
     let out = tmp.path().join("out");
-    unwind(&[&export], &out, &["--max-line-bytes", "1000000"], 0);
+    // The truncated file does not reconcile with its manifest entry: published, exit 1.
+    unwind(&[&export], &out, &["--max-line-bytes", "1000000"], 1);
     let report = run_report(&out);
     let rejects = report["reconciliation"]["rejects"].as_u64().unwrap();
     // Every bad line and the truncated file's last, unreadable line.

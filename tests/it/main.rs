@@ -14,3 +14,4 @@ mod roundtrip;
 mod sample;
 mod shapes;
 mod sql;
+mod tampered;

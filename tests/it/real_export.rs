@@ -12,9 +12,17 @@ fn real_full_export_unwinds_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
     let export = root.join("AWSDynamoDB/01768385930622-efd1a093");
     let out = tmp.path().join("out");
-    let run = unwind(&[&export], &out, &[], 0);
-    // The publisher anonymised the summary, so its .md5 no longer matches: a warning, not a failure.
+    // The publisher anonymised the summary, so its .md5 no longer matches: the output is
+    // published but does not reconcile (exit 1), and the verdict is the summary's last line.
+    let run = unwind(&[&export], &out, &[], 1);
     assert!(run.stderr.contains("manifest-summary.md5"), "{}", run.stderr);
+    let last = run.stderr.trim_end().lines().last().unwrap();
+    assert!(
+        last.starts_with("error: NOT RECONCILED: 3 of 3 items read from export")
+            && last.contains("`manifest-summary.md5`")
+            && last.contains("--allow-mismatch"),
+        "{last}"
+    );
     assert!(run.stderr.contains("3 items had no `Type` attribute"), "{}", run.stderr);
 
     let report = run_report(&out);
@@ -26,6 +34,8 @@ fn real_full_export_unwinds_and_verifies() {
     assert_eq!(report["reconciliation"]["matches_manifest"], true);
     assert_eq!(report["exports"][0]["files_checksum"]["status"], "verified");
     assert_eq!(report["exports"][0]["summary_checksum"]["status"], "mismatch");
+    assert_eq!(report["reconciliation"]["integrity"]["verdict"], "not_reconciled");
+    assert_eq!(report["reconciliation"]["integrity"]["mismatches"][0]["check"], "side_file");
 
     let rows = canonical_rows(&out.join("_untyped"));
     assert_eq!(
@@ -36,10 +46,11 @@ fn real_full_export_unwinds_and_verifies() {
             r#"{"pk":"1","sk":"3","test1":"1","test2":"2"}"#,
         ]
     );
-    // The same export through its manifest-summary.json.
+    // The same export through its manifest-summary.json, the known mismatch accepted.
     let out2 = tmp.path().join("out2");
-    unwind(&[&export.join("manifest-summary.json")], &out2, &[], 0);
+    unwind(&[&export.join("manifest-summary.json")], &out2, &["--allow-mismatch"], 0);
     assert_eq!(canonical_rows(&out2.join("_untyped")), rows);
+    assert_eq!(run_report(&out2)["reconciliation"]["integrity"]["verdict"], "accepted");
     // --strict refuses the anonymised summary checksum.
     unwind(&[&export], &tmp.path().join("strict"), &["--strict"], 1);
 }
