@@ -137,7 +137,12 @@ impl UnwindError {
 
     /// Policy failures (the data broke a rule the user asked for) exit with 1, others with 2.
     pub fn is_policy(&self) -> bool {
-        matches!(self, UnwindError::Strict { .. })
+        match self {
+            UnwindError::Strict { .. } => true,
+            // Another run wrote the same output: this one lost, the data is the other's.
+            UnwindError::Sink(e) => e.is_concurrent_run(),
+            _ => false,
+        }
     }
 }
 
