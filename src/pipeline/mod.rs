@@ -151,6 +151,8 @@ impl UnwindError {
         match self {
             UnwindError::Strict { .. } | UnwindError::StrictMismatch(_) => true,
             UnwindError::Source(e) => e.is_integrity(),
+            // Another run wrote the same output: this one lost, the data is the other's.
+            UnwindError::Sink(e) => e.is_concurrent_run(),
             _ => false,
         }
     }

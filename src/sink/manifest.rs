@@ -29,6 +29,10 @@ pub enum ManifestError {
     Escapes { path: String, table: String, file: String },
     #[error("`{path}` is {size} bytes, more than a run manifest can be ({max} bytes)")]
     TooLarge { path: String, size: u64, max: u64 },
+    #[error(
+        "`{dir}` is missing because a run was killed while publishing it; the complete output is in `{copy}` (read it there), and the next `etl unwind --out {dir}` completes the publish"
+    )]
+    Interrupted { dir: String, copy: String },
 }
 
 /// The most bytes a run manifest is read from: far above any real one (a run of 100,000 files
@@ -255,7 +259,20 @@ impl RunManifest {
         let path = dir.join(RUN_MANIFEST);
         let display = path.display().to_string();
         let invalid = |e: std::io::Error| ManifestError::Invalid { path: display.clone(), message: e.to_string() };
-        let file = std::fs::File::open(&path).map_err(invalid)?;
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Readers never complete a publish themselves; they say where the output is.
+                if let Some(copy) = super::local::interrupted_publish(dir) {
+                    return Err(ManifestError::Interrupted {
+                        dir: dir.display().to_string(),
+                        copy: copy.display().to_string(),
+                    });
+                }
+                return Err(invalid(e));
+            }
+            Err(e) => return Err(invalid(e)),
+        };
         let size = file.metadata().map_err(invalid)?.len();
         if size > MAX_MANIFEST_BYTES {
             return Err(ManifestError::TooLarge { path: display, size, max: MAX_MANIFEST_BYTES });

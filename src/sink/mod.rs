@@ -1,12 +1,17 @@
 //! Where tables go: the [`Sink`] contract, Parquet part files ([`parquet`]), the staged local
-//! commit ([`local`]), the object-store commit with `run.json` last ([`object`]), and the run
-//! manifest every reader uses ([`manifest`]).
+//! commit ([`local`]), the object-store commit with `run.json` last ([`object`]), the run
+//! manifest every reader uses ([`manifest`]), lock files ([`lock`]) and the test-only fault
+//! points of the commits ([`faults`]).
 //!
 //! Everything here knows Arrow and files and nothing of DynamoDB. Readers see the previous
 //! complete output or the new one, never a mix: parts are staged, and one atomic step publishes
-//! them (a directory exchange locally, one PUT of `run.json` on an object store).
+//! them (a directory exchange locally, one conditional PUT of `run.json` on an object store).
+//! Two runs writing the same output never both win: locally the second is refused by a lock,
+//! on an object store the one whose conditional commit loses fails and removes its files.
 
+pub mod faults;
 pub mod local;
+pub mod lock;
 pub mod manifest;
 pub mod object;
 pub mod parquet;
@@ -34,12 +39,26 @@ pub enum SinkError {
     Io { action: &'static str, path: String, source: std::io::Error },
     #[error("writing table `{table}`: {source}")]
     Parquet { table: String, source: ParquetError },
+    /// Writing one part file failed (a full disk, a file-size limit, an I/O error).
+    #[error("writing table `{table}` to `{path}`: {source}")]
+    Part { table: String, path: String, source: ParquetError },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("`{url}` holds objects but no `_etl/run.json`: it is not an etl output")]
     NotEtlPrefix { url: String },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// Another live run holds the output's lock (local outputs).
+    #[error("`{path}` is being written by another etl run ({holder}); this run wrote nothing")]
+    Locked { path: String, lock: String, holder: String },
+    /// Another run committed the output while this one was writing (object stores).
+    #[error(
+        "`{url}` was published by another run ({winner}) while this run (`{run_id}`) was writing it; this run published nothing and removed the files it had uploaded"
+    )]
+    Conflict { url: String, run_id: String, winner: String },
+    /// A publish a killed run left half done cannot be completed safely.
+    #[error("cannot complete the interrupted publish of `{path}` recorded in `{journal}`: {reason}")]
+    Unrecoverable { path: String, journal: String, reason: String },
 }
 
 impl SinkError {
@@ -57,8 +76,26 @@ impl SinkError {
                 "choose an empty prefix, or pass `--overwrite` to write beside what is there (etl never deletes objects it did not write)",
             ),
             SinkError::Store(e) => Some(e.hint()),
+            SinkError::Locked { .. } => Some(
+                "runs writing the same `--out` must not overlap: wait for that run to end (its lock goes with it, however it ends), or choose another `--out`",
+            ),
+            SinkError::Conflict { .. } => Some(
+                "runs writing the same `--out` must not overlap; the other run's output is intact, run this one again once it has finished",
+            ),
+            SinkError::Unrecoverable { .. } => Some(
+                "etl deleted nothing: beside the output, `.NAME.etl-new-*` holds the complete new output and `.NAME.etl-old-*` the previous one; move the one you want to the output's name and remove the journal `.NAME.etl-commit`",
+            ),
+            SinkError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => Some(
+                "etl writes a lock file and a staging folder beside `--out` and renames the staging folder into place: the folder holding `--out` must be writable",
+            ),
             _ => None,
         }
+    }
+
+    /// Another run wrote, or is writing, the same output: the run lost, nothing of it was
+    /// published, and the output is the other run's. A policy failure (exit 1), not a bug.
+    pub fn is_concurrent_run(&self) -> bool {
+        matches!(self, SinkError::Locked { .. } | SinkError::Conflict { .. })
     }
 }
 

@@ -1,19 +1,33 @@
 //! The object-store commit (`--out s3://bucket/prefix`, or `memory://…`).
 //!
-//! S3 has no atomic folder rename, so the commit record is the run report itself:
+//! S3 has no atomic folder rename, so the commit record is the run report itself, written with
+//! a conditional PUT:
 //!
-//! 1. The output is first written and checked locally, exactly as for a local `--out`.
-//! 2. Each data file is uploaded under a name unique to the run
-//!    (`<table>/part-00000-<run-id>.parquet`), and the schemas and a copy of the report under
+//! 1. The output is first written and checked locally, exactly as for a local `--out`, in a
+//!    scratch folder that a lock file beside it marks live ([`super::lock`]).
+//! 2. The current `_etl/run.json` (the head) is read with its ETag.
+//! 3. The run declares itself: `_etl/runs/<run-id>/started.json` names the head it builds on.
+//! 4. Each data file is uploaded under a name unique to the run
+//!    (`<table>/part-00000-<run-id>.parquet`), the schemas and a copy of the report under
 //!    `_etl/runs/<run-id>/`.
-//! 3. `_etl/run.json`, listing every file of the run, is written last. One PUT of one object is
-//!    atomic in S3, so readers (`etl sql --data s3://…`) see the previous run or this one, never a
-//!    mix, and files of a run that crashed before this step are never read.
-//! 4. Then objects that belong to neither this run nor the one it replaced are deleted: files
-//!    of crashed runs and of older runs. The replaced run's files are kept for one more run so
-//!    that queries already reading them can finish. Only objects named the way etl names them
+//! 5. `_etl/run.json`, listing every file of the run, is written last, with `If-Match` on the
+//!    head's ETag (`If-None-Match: *` for a new output). One PUT of one object is atomic, so
+//!    readers (`etl sql --data s3://…`) see the previous run or this one, never a mix. When
+//!    another run committed in between, the PUT fails with 412: this run removes what it
+//!    uploaded and fails ([`SinkError::Conflict`], exit 1), and the winner's output is intact.
+//!    When the PUT's outcome is unknown (a reset connection, a retried request), the head is
+//!    read again: the commit happened exactly when it names this run.
+//! 6. Then, if this run is still the head, objects of runs that no committed `run.json` can
+//!    reference any more are deleted: runs other than the head and the run it replaced (kept
+//!    one more run so that queries already reading them can finish), except runs that declared
+//!    the head as their base, which may still commit. Only objects named the way etl names them
 //!    are ever deleted.
+//!
+//! This requires a store that honours conditional PUTs: S3 (since 2024), MinIO, R2, moto, and
+//! `object_store`'s in-memory store do; a store that ignores `If-Match` cannot tell two
+//! overlapping runs apart.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,11 +35,13 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::file::properties::WriterProperties;
 use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
 
 use super::local::LocalSink;
+use super::lock::{self, Acquire, Holder, Lock};
 use super::manifest::{RUN_MANIFEST, RunManifest};
-use super::{Committed, PartWriter, Sink, SinkError};
+use super::{Committed, PartWriter, Sink, SinkError, faults};
 use crate::aws::AwsOptions;
 use crate::schema::TableSchema;
 use crate::store::{self, ObjectUrl, StoreError, io_runtime};
@@ -34,6 +50,12 @@ use crate::store::{self, ObjectUrl, StoreError, io_runtime};
 const CONCURRENT_UPLOADS: usize = 4;
 /// Files larger than this are sent as multipart uploads.
 const MULTIPART_BYTES: u64 = 16 * 1024 * 1024;
+/// Where runs keep their own objects: `_etl/runs/<run-id>/…`.
+const RUNS_DIR: &str = "_etl/runs/";
+/// A run's declaration, written before its first upload.
+const STARTED: &str = "started.json";
+/// The most bytes of a declaration that are read.
+const MAX_STARTED_BYTES: usize = 64 * 1024;
 
 /// The sink for an object-store `--out`: the run is built and checked in a local scratch folder
 /// (under the system temp folder, removed however the run ends), then published.
@@ -45,12 +67,19 @@ pub struct ObjectSink {
     root: ScratchRoot,
 }
 
-/// The scratch root of an object-store run, removed however the run ends.
-struct ScratchRoot(PathBuf);
+/// The scratch root of an object-store run, with its lock held; removed however the run ends
+/// (a killed run's is removed by a later run, which finds its lock free).
+struct ScratchRoot {
+    dir: PathBuf,
+    lock: Option<Lock>,
+}
 
 impl Drop for ScratchRoot {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(l) = self.lock.take() {
+            l.remove();
+        }
     }
 }
 
@@ -63,8 +92,8 @@ impl ObjectSink {
         overwrite: bool,
         props: WriterProperties,
     ) -> Result<ObjectSink, SinkError> {
-        let root = ScratchRoot(scratch_root());
-        let local = LocalSink::create(&root.0.join("out"), false, props)?;
+        let root = scratch_root()?;
+        let local = LocalSink::create(&root.dir.join("out"), false, props)?;
         Ok(ObjectSink { local, url, aws, overwrite, root })
     }
 }
@@ -80,11 +109,11 @@ impl Sink for ObjectSink {
 
     fn commit(
         self: Box<Self>,
-        manifest: RunManifest,
+        mut manifest: RunManifest,
         schemas: &[TableSchema],
     ) -> Result<(RunManifest, Committed), SinkError> {
         let ObjectSink { local, url, aws, overwrite, root } = *self;
-        let staging = local.finish(&manifest, schemas)?;
+        let staging = local.finish(&mut manifest, schemas)?;
         let result = io_runtime().block_on(publish(staging.path(), manifest, &url, &aws, overwrite));
         drop(staging);
         drop(root);
@@ -94,24 +123,53 @@ impl Sink for ObjectSink {
     }
 }
 
-/// A fresh scratch root under the system temp folder; removes those of dead processes.
-fn scratch_root() -> PathBuf {
+/// A fresh, locked scratch root under the system temp folder; removes those of dead runs (whose
+/// lock file is free, or missing: a lock is taken before its folder is made).
+fn scratch_root() -> Result<ScratchRoot, SinkError> {
     let tmp = std::env::temp_dir();
     if let Ok(entries) = std::fs::read_dir(&tmp) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let pid =
-                name.strip_prefix(SCRATCH_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok());
-            if let Some(pid) = pid
-                && pid != std::process::id()
-                && !Path::new(&format!("/proc/{pid}")).exists()
-            {
-                let _ = std::fs::remove_dir_all(e.path());
+            let Some(tag) = name.strip_prefix(SCRATCH_PREFIX) else { continue };
+            let tag = tag.strip_suffix(".lock").unwrap_or(tag);
+            if tag.is_empty() || !tag.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+                continue;
+            }
+            let dir = tmp.join(format!("{SCRATCH_PREFIX}{tag}"));
+            let lock_path = tmp.join(format!("{SCRATCH_PREFIX}{tag}.lock"));
+            match lock::probe(&lock_path) {
+                Ok(Some(Acquire::Acquired(l))) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    l.remove();
+                }
+                Ok(None) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                _ => {}
             }
         }
     }
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    tmp.join(format!("{SCRATCH_PREFIX}{}-{nanos}", std::process::id()))
+    // The lock is taken before the folder is made, so a folder without a lock file is dead. A
+    // cleaner probing the new lock file between its creation and our `flock` may hold it for a
+    // moment, or remove it: then take a fresh name.
+    for _ in 0..8 {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let tag = format!("{}-{nanos}", std::process::id());
+        let dir = tmp.join(format!("{SCRATCH_PREFIX}{tag}"));
+        let lock_path = tmp.join(format!("{SCRATCH_PREFIX}{tag}.lock"));
+        match lock::try_acquire(&lock_path, &Holder::this_process(&tag)).map_err(SinkError::io("lock", &lock_path))? {
+            Acquire::Acquired(l) if l.is_linked() => return Ok(ScratchRoot { dir, lock: Some(l) }),
+            Acquire::Acquired(_) | Acquire::Held(_) => continue,
+            // No locks on this file system: nothing can be told apart, go on without.
+            Acquire::Unsupported(_) => return Ok(ScratchRoot { dir, lock: None }),
+        }
+    }
+    Err(SinkError::Io {
+        action: "lock a scratch folder in",
+        path: tmp.display().to_string(),
+        source: std::io::Error::from(std::io::ErrorKind::WouldBlock),
+    })
 }
 
 /// What a publish did.
@@ -140,12 +198,61 @@ fn run_id_of_data_file(name: &str) -> Option<&str> {
     (digits.len() == 5 && digits.bytes().all(|b| b.is_ascii_digit()) && id.len() > 16 && id.contains('T')).then_some(id)
 }
 
+/// The run an etl-written key belongs to (`key` relative to the output prefix).
+fn run_id_of_key(rel: &str) -> Option<&str> {
+    if let Some(rest) = rel.strip_prefix(RUNS_DIR) {
+        return rest.split_once('/').map(|(id, _)| id).filter(|id| !id.is_empty());
+    }
+    rel.rsplit('/').next().and_then(run_id_of_data_file)
+}
+
+/// Whether an object under the output prefix is one etl writes (so a prefix holding only such
+/// objects is an etl output, perhaps without a commit yet).
+fn is_etl_key(rel: &str) -> bool {
+    rel.starts_with("_etl/") || run_id_of_key(rel).is_some()
+}
+
 fn obj_err(action: &'static str, url: &ObjectUrl, key: &str) -> impl FnOnce(object_store::Error) -> SinkError {
     let url = url.url_of(key);
     move |e| SinkError::Store(StoreError::object(action, &url, &e))
 }
 
-/// Uploads the finished output in `local` to `url`; `_etl/run.json` last.
+/// `_etl/runs/<run-id>/started.json`: a run's declaration, written before its first upload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Started {
+    run_id: String,
+    /// The head's run id when the run started (`null`: a new output, or a head without one).
+    base_run_id: Option<String>,
+    host: String,
+    pid: u32,
+    started_at: String,
+}
+
+/// The committed `run.json`: its version for a conditional PUT and the run it names.
+struct Head {
+    version: UpdateVersion,
+    run_id: Option<String>,
+    replaces: Option<String>,
+}
+
+async fn read_head(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> Result<Option<Head>, SinkError> {
+    match store.get(&ObjPath::from(key)).await {
+        Ok(r) => {
+            let version = UpdateVersion { e_tag: r.meta.e_tag.clone(), version: r.meta.version.clone() };
+            let bytes = r.bytes().await.map_err(obj_err("read", url, key))?;
+            let manifest = RunManifest::parse(&url.url_of(key), &bytes).ok();
+            Ok(Some(Head {
+                version,
+                run_id: manifest.as_ref().and_then(|m| m.run_id.clone()),
+                replaces: manifest.and_then(|m| m.replaces_run_id.flatten()),
+            }))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(obj_err("read", url, key)(e)),
+    }
+}
+
+/// Uploads the finished output in `local` to `url`; `_etl/run.json` last, conditionally.
 async fn publish(
     local: &Path,
     mut report: RunManifest,
@@ -154,87 +261,176 @@ async fn publish(
     overwrite: bool,
 ) -> Result<Published, SinkError> {
     let store: Arc<dyn ObjectStore> = store::open(url, aws).await?;
-    let prefix = url.dir_prefix();
-    let run_key = format!("{prefix}{RUN_MANIFEST}");
-
-    // The run being replaced, if any.
-    let previous: Option<RunManifest> = match store.get(&ObjPath::from(run_key.as_str())).await {
-        Ok(r) => {
-            let bytes = r.bytes().await.map_err(obj_err("read", url, &run_key))?;
-            RunManifest::parse(&url.url_of(&run_key), &bytes).ok()
+    let mut run = Publish::begin(store, url, overwrite).await?;
+    let (files, bytes) = run.upload(local, &mut report).await?;
+    run.commit(&mut report).await?;
+    let deleted = match run.cleanup().await {
+        Ok(n) => n,
+        Err(e) => {
+            let w = format!("published; removing objects of older runs failed ({e}); the next run removes them");
+            tracing::warn!("{w}");
+            report.warnings.push(w);
+            0
         }
-        Err(object_store::Error::NotFound { .. }) => {
-            if !overwrite {
-                let p = ObjPath::from(prefix.as_str());
-                let mut listing = store.list(Some(&p));
-                if let Some(first) = listing.next().await {
-                    first.map_err(obj_err("list", url, &prefix))?;
+    };
+    Ok(Published { manifest: report, run_id: run.run_id, files, bytes, deleted })
+}
+
+/// One run's publish, step by step: [`Publish::begin`], [`Publish::upload`],
+/// [`Publish::commit`], [`Publish::cleanup`].
+struct Publish<'a> {
+    store: Arc<dyn ObjectStore>,
+    url: &'a ObjectUrl,
+    prefix: String,
+    run_key: String,
+    head: Option<Head>,
+    run_id: String,
+    /// Every key this run wrote before its commit, to remove if it loses.
+    written: Vec<String>,
+    /// Schema files to copy to `_etl/schema/` once committed.
+    schemas: Vec<(PathBuf, String)>,
+}
+
+impl<'a> Publish<'a> {
+    /// Reads the head, checks that the prefix is an etl output (or empty), and declares the run.
+    async fn begin(store: Arc<dyn ObjectStore>, url: &'a ObjectUrl, overwrite: bool) -> Result<Publish<'a>, SinkError> {
+        let prefix = url.dir_prefix();
+        let run_key = format!("{prefix}{RUN_MANIFEST}");
+        let head = read_head(&store, url, &run_key).await?;
+        if head.is_none() && !overwrite {
+            let p = ObjPath::from(prefix.as_str());
+            let mut listing = store.list(Some(&p));
+            while let Some(meta) = listing.next().await {
+                let meta = meta.map_err(obj_err("list", url, &prefix))?;
+                let key = meta.location.to_string();
+                if !is_etl_key(key.strip_prefix(&prefix).unwrap_or(&key)) {
                     return Err(SinkError::NotEtlPrefix { url: url.to_string() });
                 }
             }
-            None
         }
-        Err(e) => return Err(obj_err("read", url, &run_key)(e)),
-    };
-    let previous_id = previous.and_then(|m| m.run_id);
-
-    let run_id = new_run_id();
-
-    // Data files: renamed with the run id, uploaded concurrently.
-    let mut uploads: Vec<(PathBuf, String)> = Vec::new();
-    for t in &mut report.tables {
-        for f in &mut t.files {
-            let renamed = match f.path.strip_suffix(".parquet") {
-                Some(stem) => format!("{stem}-{run_id}.parquet"),
-                None => format!("{}-{run_id}", f.path),
-            };
-            uploads.push((local.join(&f.path), format!("{prefix}{renamed}")));
-            f.path = renamed;
-        }
-    }
-    let schema_dir = local.join("_etl/schema");
-    let mut schemas = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(&schema_dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            uploads.push((e.path(), format!("{prefix}_etl/runs/{run_id}/schema/{name}")));
-            schemas.push((e.path(), name));
-        }
-    }
-    let bytes: u64 = uploads.iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
-    let files = uploads.len();
-    futures::stream::iter(uploads.into_iter().map(|(path, key)| {
-        let store = store.clone();
-        async move { upload(&store, &path, &key, url).await }
-    }))
-    .buffer_unordered(CONCURRENT_UPLOADS)
-    .try_collect::<Vec<()>>()
-    .await?;
-
-    // The commit record: a copy under the run, then `_etl/run.json`, last.
-    report.run_id = Some(run_id.clone());
-    report.published_to = Some(url.to_string());
-    report.replaces_run_id = Some(previous_id.clone());
-    let text = report.to_bytes();
-    let copy = format!("{prefix}_etl/runs/{run_id}/run.json");
-    store
-        .put(&ObjPath::from(copy.as_str()), PutPayload::from(text.clone()))
-        .await
-        .map_err(obj_err("write", url, &copy))?;
-    store
-        .put(&ObjPath::from(run_key.as_str()), PutPayload::from(text))
-        .await
-        .map_err(obj_err("commit", url, &run_key))?;
-    tracing::info!(run_id = %run_id, url = %url, "committed");
-
-    // Informational copies at the local layout's places (readers use `_etl/run.json`).
-    for (path, name) in schemas {
-        let key = format!("{prefix}_etl/schema/{name}");
-        upload(&store, &path, &key, url).await?;
+        let run_id = new_run_id();
+        let started = Started {
+            run_id: run_id.clone(),
+            base_run_id: head.as_ref().and_then(|h| h.run_id.clone()),
+            host: lock::hostname(),
+            pid: std::process::id(),
+            started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        };
+        let started_key = format!("{prefix}{RUNS_DIR}{run_id}/{STARTED}");
+        let text = serde_json::to_vec_pretty(&started).map_err(|e| SinkError::Io {
+            action: "encode",
+            path: url.url_of(&started_key),
+            source: std::io::Error::other(e),
+        })?;
+        store.put(&ObjPath::from(started_key.as_str()), PutPayload::from(text)).await.map_err(obj_err(
+            "write",
+            url,
+            &started_key,
+        ))?;
+        faults::point("s3-declared");
+        Ok(Publish { store, url, prefix, run_key, head, run_id, written: vec![started_key], schemas: Vec::new() })
     }
 
-    let deleted = cleanup(&store, url, &prefix, &run_id, previous_id.as_deref()).await?;
-    Ok(Published { manifest: report, run_id, files, bytes, deleted })
+    /// Uploads the data files `report` lists (renaming them with the run id in `report`) and the
+    /// schemas under the run. Returns the files and bytes uploaded. On failure, removes them.
+    async fn upload(&mut self, local: &Path, report: &mut RunManifest) -> Result<(usize, u64), SinkError> {
+        let (prefix, run_id, url) = (&self.prefix, &self.run_id, self.url);
+        let mut uploads: Vec<(PathBuf, String)> = Vec::new();
+        for t in &mut report.tables {
+            for f in &mut t.files {
+                let renamed = match f.path.strip_suffix(".parquet") {
+                    Some(stem) => format!("{stem}-{run_id}.parquet"),
+                    None => format!("{}-{run_id}", f.path),
+                };
+                uploads.push((local.join(&f.path), format!("{prefix}{renamed}")));
+                f.path = renamed;
+            }
+        }
+        let schema_dir = local.join(super::manifest::SCHEMA_DIR);
+        if let Ok(entries) = std::fs::read_dir(&schema_dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                uploads.push((e.path(), format!("{prefix}{RUNS_DIR}{run_id}/schema/{name}")));
+                self.schemas.push((e.path(), name));
+            }
+        }
+        let bytes: u64 = uploads.iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+        let files = uploads.len();
+        self.written.extend(uploads.iter().map(|(_, k)| k.clone()));
+        let uploaded = futures::stream::iter(uploads.into_iter().map(|(path, key)| {
+            let store = self.store.clone();
+            async move { upload(&store, &path, &key, url).await }
+        }))
+        .buffer_unordered(CONCURRENT_UPLOADS)
+        .try_collect::<Vec<()>>()
+        .await;
+        if let Err(e) = uploaded {
+            // Nothing references them: remove what this run wrote (a later commit would too).
+            remove_keys(&self.store, &self.written).await;
+            return Err(e);
+        }
+        faults::point("s3-uploaded");
+        Ok((files, bytes))
+    }
+
+    /// Writes a copy of the report under the run, then `_etl/run.json` conditionally on the
+    /// head read at the start. Loses with [`SinkError::Conflict`] (having removed this run's
+    /// objects) when another run committed in between.
+    async fn commit(&mut self, report: &mut RunManifest) -> Result<(), SinkError> {
+        let (url, run_id) = (self.url, self.run_id.clone());
+        report.run_id = Some(run_id.clone());
+        report.published_to = Some(url.to_string());
+        report.replaces_run_id = Some(self.head.as_ref().and_then(|h| h.run_id.clone()));
+        let text = report.to_bytes();
+        let copy = format!("{}{RUNS_DIR}{run_id}/run.json", self.prefix);
+        self.written.push(copy.clone());
+        if let Err(e) = self.store.put(&ObjPath::from(copy.as_str()), PutPayload::from(text.clone())).await {
+            remove_keys(&self.store, &self.written).await;
+            return Err(obj_err("write", url, &copy)(e));
+        }
+        let mode = match &self.head {
+            Some(h) => PutMode::Update(h.version.clone()),
+            None => PutMode::Create,
+        };
+        let key = ObjPath::from(self.run_key.as_str());
+        let put = self.store.put_opts(&key, PutPayload::from(text), PutOptions { mode, ..Default::default() }).await;
+        if let Err(e) = put {
+            // A retried request may have landed before its answer was lost: the head says.
+            let now = read_head(&self.store, url, &self.run_key).await;
+            let ours = matches!(&now, Ok(Some(h)) if h.run_id.as_deref() == Some(run_id.as_str()));
+            if !ours {
+                let lost =
+                    matches!(e, object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. });
+                if !lost {
+                    // Unknown outcome: keep the files (a late commit may still name them); a
+                    // later run's clean-up removes them if it did not.
+                    return Err(obj_err("commit", url, &self.run_key)(e));
+                }
+                remove_keys(&self.store, &self.written).await;
+                let winner = match now {
+                    Ok(Some(Head { run_id: Some(id), .. })) => format!("run `{id}`"),
+                    _ => "run unknown".to_owned(),
+                };
+                return Err(SinkError::Conflict { url: url.to_string(), run_id, winner });
+            }
+        }
+        tracing::info!(run_id = %run_id, url = %url, "committed");
+        faults::point("s3-committed");
+        // Informational copies at the local layout's places (readers use `_etl/run.json`).
+        for (path, name) in std::mem::take(&mut self.schemas) {
+            let key = format!("{}{}/{name}", self.prefix, super::manifest::SCHEMA_DIR);
+            if let Err(e) = upload(&self.store, &path, &key, url).await {
+                let w = format!("published; the informational schema copy `{key}` could not be written ({e})");
+                tracing::warn!("{w}");
+                report.warnings.push(w);
+            }
+        }
+        Ok(())
+    }
+
+    async fn cleanup(&self) -> Result<usize, SinkError> {
+        cleanup(&self.store, self.url, &self.prefix, &self.run_key, &self.run_id).await
+    }
 }
 
 async fn upload(store: &Arc<dyn ObjectStore>, path: &Path, key: &str, url: &ObjectUrl) -> Result<(), SinkError> {
@@ -259,36 +455,70 @@ async fn upload(store: &Arc<dyn ObjectStore>, path: &Path, key: &str, url: &Obje
     done.map_err(|e| SinkError::Io { action: "upload", path: url.url_of(key), source: e })
 }
 
-/// Deletes etl-named objects of runs other than `current` and `previous`.
+/// Deletes `keys`, best effort: what is left is removed by a later run's clean-up.
+async fn remove_keys(store: &Arc<dyn ObjectStore>, keys: &[String]) {
+    for k in keys {
+        if let Err(e) = store.delete(&ObjPath::from(k.as_str())).await
+            && !matches!(e, object_store::Error::NotFound { .. })
+        {
+            tracing::warn!(key = %k, error = %e, "could not remove an object of this run");
+        }
+    }
+}
+
+/// Deletes etl-named objects of runs no committed `run.json` can reference any more, if
+/// `current` is still the head: runs other than the head and the one it replaced, except runs
+/// that declared the head as their base (they may still commit).
 async fn cleanup(
     store: &Arc<dyn ObjectStore>,
     url: &ObjectUrl,
     prefix: &str,
+    run_key: &str,
     current: &str,
-    previous: Option<&str>,
 ) -> Result<usize, SinkError> {
+    // Read again: a later commit owns the clean-up from here on.
+    let Some(head) = read_head(store, url, run_key).await? else { return Ok(0) };
+    if head.run_id.as_deref() != Some(current) {
+        tracing::info!(run_id = current, "another run committed after this one; leaving the clean-up to it");
+        return Ok(0);
+    }
+    let keep: BTreeSet<&str> = [Some(current), head.replaces.as_deref()].into_iter().flatten().collect();
+    let mut runs: BTreeMap<String, Vec<ObjPath>> = BTreeMap::new();
     let p = ObjPath::from(prefix);
-    let keep = |id: &str| id == current || Some(id) == previous;
-    let runs_prefix = format!("{prefix}_etl/runs/");
-    let mut doomed = Vec::new();
     let mut listing = store.list(Some(&p));
     while let Some(meta) = listing.next().await {
         let meta = meta.map_err(obj_err("list", url, prefix))?;
         let key = meta.location.to_string();
-        let stale = if let Some(rest) = key.strip_prefix(&runs_prefix) {
-            rest.split('/').next().is_some_and(|id| !keep(id))
-        } else {
-            meta.location.filename().and_then(run_id_of_data_file).is_some_and(|id| !keep(id))
-        };
-        if stale {
-            doomed.push(meta.location);
+        let rel = key.strip_prefix(prefix).unwrap_or(&key);
+        if let Some(id) = run_id_of_key(rel)
+            && !keep.contains(id)
+        {
+            runs.entry(id.to_owned()).or_default().push(meta.location);
         }
     }
-    let n = doomed.len();
-    for key in doomed {
-        match store.delete(&key).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(obj_err("delete", url, key.as_ref())(e)),
+    let mut n = 0;
+    for (id, mut keys) in runs {
+        let started_key = format!("{prefix}{RUNS_DIR}{id}/{STARTED}");
+        let live = match store.get(&ObjPath::from(started_key.as_str())).await {
+            Ok(r) => {
+                let bytes = r.bytes().await.map_err(obj_err("read", url, &started_key))?;
+                let started: Option<Started> =
+                    (bytes.len() <= MAX_STARTED_BYTES).then(|| serde_json::from_slice(&bytes).ok()).flatten();
+                started.is_some_and(|s| s.base_run_id.as_deref() == Some(current))
+            }
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => return Err(obj_err("read", url, &started_key)(e)),
+        };
+        if live {
+            continue;
+        }
+        // The declaration last, so an interrupted clean-up still sees the run's base.
+        keys.sort_by_key(|k| k.as_ref().ends_with(STARTED));
+        for key in keys {
+            match store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => n += 1,
+                Err(e) => return Err(obj_err("delete", url, key.as_ref())(e)),
+            }
         }
     }
     Ok(n)
@@ -308,5 +538,174 @@ mod tests {
         assert_eq!(run_id_of_data_file("part-3-x.parquet"), None);
         let later = new_run_id();
         assert!(later >= id, "run ids sort by time");
+        assert_eq!(run_id_of_key(&format!("{RUNS_DIR}{id}/run.json")), Some(id.as_str()));
+        assert_eq!(run_id_of_key(&format!("user/part-00000-{id}.parquet")), Some(id.as_str()));
+        assert_eq!(run_id_of_key("_etl/run.json"), None);
+        assert!(is_etl_key("_etl/schema/user.json") && !is_etl_key("notes.txt"));
+    }
+
+    /// The output prefix `out/` of a memory bucket, and a local folder holding one staged file.
+    struct Fixture {
+        url: ObjectUrl,
+        store: Arc<dyn ObjectStore>,
+        tmp: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new(bucket: &str) -> Fixture {
+            let url = ObjectUrl { scheme: store::Scheme::Memory, bucket: bucket.into(), key: "out".into() };
+            Fixture { url, store: store::memory::store(bucket), tmp: tempfile::tempdir().unwrap() }
+        }
+
+        /// A staged output of one table `t` with one file holding `content`, and its report.
+        fn staged(&self, content: &str) -> (PathBuf, RunManifest) {
+            let dir = self.tmp.path().join(content);
+            std::fs::create_dir_all(dir.join("t")).unwrap();
+            std::fs::write(dir.join("t/part-00000.parquet"), content).unwrap();
+            let report: RunManifest = serde_json::from_value(serde_json::json!({
+                "etl_version": "0", "started_at": "", "finished_at": "",
+                "options": {"type_attribute": "type", "threads": 1, "strict": false, "max_rejects": null, "max_line_bytes": 1},
+                "inputs": [], "exports": [],
+                "reconciliation": {"items_read": 1, "rows_written": 1, "rejects": 0, "balanced": true,
+                    "manifest_item_count": null, "matches_manifest": null, "untyped_items": 0},
+                "tables": [{"name": "t", "entity": null, "rows": 1, "columns": 1,
+                    "files": [{"path": "t/part-00000.parquet", "rows": 1, "row_groups": 1, "bytes": content.len()}]}],
+                "rejects_by_reason": {}, "widenings": [], "warnings": [],
+                "timings_ms": {"resolve": 0, "read_and_decode": 0, "write": 0, "total": 0}
+            }))
+            .unwrap();
+            (dir, report)
+        }
+
+        fn begin(&self) -> Result<Publish<'_>, SinkError> {
+            io_runtime().block_on(Publish::begin(self.store.clone(), &self.url, false))
+        }
+
+        /// Begins and uploads a run whose one file holds `content`.
+        fn start(&self, content: &str) -> (Publish<'_>, RunManifest) {
+            let (dir, mut report) = self.staged(content);
+            let mut run = self.begin().unwrap();
+            io_runtime().block_on(run.upload(&dir, &mut report)).unwrap();
+            (run, report)
+        }
+
+        fn commit(&self, run: &mut Publish<'_>, report: &mut RunManifest) -> Result<(), SinkError> {
+            io_runtime().block_on(run.commit(report))
+        }
+
+        fn keys(&self) -> BTreeSet<String> {
+            io_runtime().block_on(async {
+                self.store.list(Some(&ObjPath::from("out"))).map(|m| m.unwrap().location.to_string()).collect().await
+            })
+        }
+
+        fn get(&self, key: &str) -> Option<Vec<u8>> {
+            io_runtime().block_on(async {
+                match self.store.get(&ObjPath::from(key)).await {
+                    Ok(r) => Some(r.bytes().await.unwrap().to_vec()),
+                    Err(object_store::Error::NotFound { .. }) => None,
+                    Err(e) => panic!("{e}"),
+                }
+            })
+        }
+
+        /// What a reader sees: the committed run id and the content of every file it lists,
+        /// each of which must exist.
+        fn read(&self) -> (String, Vec<String>) {
+            let m =
+                RunManifest::parse("run.json", &self.get("out/_etl/run.json").expect("a committed output")).unwrap();
+            let files = m.tables[0]
+                .files
+                .iter()
+                .map(|f| {
+                    let bytes = self.get(&format!("out/{}", f.path));
+                    String::from_utf8(bytes.unwrap_or_else(|| panic!("run.json lists {}, which is gone", f.path)))
+                        .unwrap()
+                })
+                .collect();
+            (m.run_id.unwrap(), files)
+        }
+
+        fn objects_of(&self, run_id: &str) -> Vec<String> {
+            self.keys().into_iter().filter(|k| k.contains(run_id)).collect()
+        }
+    }
+
+    #[test]
+    fn overlapping_runs_one_wins_and_the_output_stays_whole() {
+        let f = Fixture::new("sink-object-race");
+        let (mut first, mut report) = f.start("v0");
+        f.commit(&mut first, &mut report).unwrap();
+        assert_eq!(f.read(), (first.run_id.clone(), vec!["v0".to_owned()]));
+
+        // A and B both start from v0; A commits first and cleans up while B still uploads.
+        let (mut a, mut ra) = f.start("a");
+        let (mut b, mut rb) = f.start("b");
+        f.commit(&mut a, &mut ra).unwrap();
+        io_runtime().block_on(a.cleanup()).unwrap();
+        match f.commit(&mut b, &mut rb) {
+            Err(e @ SinkError::Conflict { .. }) => {
+                assert!(e.is_concurrent_run());
+                let text = e.to_string();
+                assert!(text.contains(&a.run_id) && text.contains(&b.run_id), "names both runs: {text}");
+            }
+            other => panic!("B must lose: {other:?}"),
+        }
+        assert_eq!(f.read(), (a.run_id.clone(), vec!["a".to_owned()]));
+        assert!(f.objects_of(&b.run_id).is_empty(), "the loser's objects: {:?}", f.objects_of(&b.run_id));
+        assert!(!f.objects_of(&first.run_id).is_empty(), "the replaced run is kept for readers in flight");
+
+        // C starts after A's commit (its base is A); D too. A's clean-up keeps them (they may
+        // still commit). C wins; D loses; C's clean-up removes v0 and keeps A.
+        let (mut c, mut rc) = f.start("c");
+        let (mut d, mut rd) = f.start("d");
+        io_runtime().block_on(a.cleanup()).unwrap();
+        assert!(!f.objects_of(&c.run_id).is_empty() && !f.objects_of(&d.run_id).is_empty());
+        f.commit(&mut c, &mut rc).unwrap();
+        // v0's data file, declaration and report; D's declaration and data file (D builds on A,
+        // which is no longer the head, so it can never commit).
+        assert_eq!(io_runtime().block_on(c.cleanup()).unwrap(), 5);
+        assert!(matches!(f.commit(&mut d, &mut rd), Err(SinkError::Conflict { .. })));
+        assert_eq!(f.read(), (c.run_id.clone(), vec!["c".to_owned()]));
+        assert!(f.objects_of(&first.run_id).is_empty());
+        assert!(!f.objects_of(&a.run_id).is_empty());
+        assert!(f.objects_of(&d.run_id).is_empty());
+
+        // A late clean-up by a run that is no longer the head deletes nothing.
+        let before = f.keys();
+        assert_eq!(io_runtime().block_on(a.cleanup()).unwrap(), 0);
+        assert_eq!(f.keys(), before);
+    }
+
+    #[test]
+    fn two_first_runs_on_a_new_output_one_wins() {
+        let f = Fixture::new("sink-object-new");
+        let (mut a, mut ra) = f.start("a");
+        // B sees only A's objects under the prefix: an etl output without a commit, not foreign.
+        let (mut b, mut rb) = f.start("b");
+        f.commit(&mut b, &mut rb).unwrap();
+        assert!(matches!(f.commit(&mut a, &mut ra), Err(SinkError::Conflict { .. })));
+        assert_eq!(f.read(), (b.run_id.clone(), vec!["b".to_owned()]));
+        assert!(f.objects_of(&a.run_id).is_empty());
+    }
+
+    #[test]
+    fn crashed_runs_are_removed_by_the_next_commit_and_foreign_objects_refused() {
+        let f = Fixture::new("sink-object-crash");
+        let (mut first, mut r) = f.start("v0");
+        f.commit(&mut first, &mut r).unwrap();
+        // A run that uploaded and died (dropped without commit), based on the head.
+        let (crashed, _) = f.start("crashed");
+        let crashed_id = crashed.run_id.clone();
+        drop(crashed);
+        let (mut next, mut rn) = f.start("next");
+        f.commit(&mut next, &mut rn).unwrap();
+        io_runtime().block_on(next.cleanup()).unwrap();
+        assert!(f.objects_of(&crashed_id).is_empty(), "{:?}", f.objects_of(&crashed_id));
+        assert_eq!(f.read(), (next.run_id.clone(), vec!["next".to_owned()]));
+
+        let g = Fixture::new("sink-object-foreign");
+        io_runtime().block_on(g.store.put(&ObjPath::from("out/notes.txt"), PutPayload::from("mine"))).unwrap();
+        assert!(matches!(g.begin(), Err(SinkError::NotEtlPrefix { .. })));
     }
 }

@@ -93,8 +93,11 @@ impl PartWriter {
             std::fs::create_dir_all(parent).map_err(SinkError::io("create", parent))?;
         }
         let file = File::create(&path).map_err(SinkError::io("create", &path))?;
-        let writer = ArrowWriter::try_new(file, schema, Some(props.clone()))
-            .map_err(|source| SinkError::Parquet { table: table.to_owned(), source })?;
+        let writer = ArrowWriter::try_new(file, schema, Some(props.clone())).map_err(|source| SinkError::Part {
+            table: table.to_owned(),
+            path: path.display().to_string(),
+            source,
+        })?;
         Ok(PartWriter { table: table.to_owned(), rel, path, writer, rows: 0, row_groups: 0 })
     }
 
@@ -103,7 +106,8 @@ impl PartWriter {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let parquet = |source| SinkError::Parquet { table: self.table.clone(), source };
+        let parquet =
+            |source| SinkError::Part { table: self.table.clone(), path: self.path.display().to_string(), source };
         self.writer.write(batch).map_err(parquet)?;
         self.writer.flush().map_err(parquet)?;
         self.rows += batch.num_rows() as u64;
@@ -113,8 +117,8 @@ impl PartWriter {
 
     /// Finishes the file (footer included) and says what it holds.
     pub fn close(self) -> Result<FileReport, SinkError> {
-        let table = self.table;
-        self.writer.close().map_err(|source| SinkError::Parquet { table: table.clone(), source })?;
+        let (table, path) = (self.table, self.path.display().to_string());
+        self.writer.close().map_err(|source| SinkError::Part { table, path, source })?;
         let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
         Ok(FileReport { path: self.rel, rows: self.rows, row_groups: self.row_groups, bytes })
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_credential_types::provider::{ProvideCredentials as _, SharedCredentialsProvider};
-use object_store::aws::{AmazonS3, AmazonS3Builder, AwsCredential};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AwsCredential, S3ConditionalPut};
 use object_store::{BackoffConfig, ClientOptions, CredentialProvider, RetryConfig};
 
 use super::StoreError;
@@ -92,6 +92,8 @@ pub async fn store(bucket: &str, opts: &AwsOptions) -> Result<Arc<AmazonS3>, Sto
         .with_bucket_name(bucket)
         .with_region(region)
         .with_retry(retry_config())
+        // The commit of an output is a conditional PUT (`If-Match` / `If-None-Match`).
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
         .with_client_options(
             ClientOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(Duration::from_secs(120)),
         );

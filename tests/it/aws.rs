@@ -20,11 +20,11 @@ use serde_json::Value as Json;
 use crate::common::*;
 
 /// How long one child process may run before the test kills it and fails.
-const CHILD_LIMIT: Duration = Duration::from_secs(180);
+pub(crate) const CHILD_LIMIT: Duration = Duration::from_secs(180);
 
-struct Moto {
-    endpoint: String,
-    python: String,
+pub(crate) struct Moto {
+    pub(crate) endpoint: String,
+    pub(crate) python: String,
     aws: String,
     /// The working folder of every etl child; holds the nonexistent config and credentials
     /// paths given to every child.
@@ -32,7 +32,7 @@ struct Moto {
 }
 
 /// The moto server of this run, or `None` (skip) when there is none and it is not required.
-fn moto() -> Option<&'static Moto> {
+pub(crate) fn moto() -> Option<&'static Moto> {
     static MOTO: OnceLock<Option<Moto>> = OnceLock::new();
     MOTO.get_or_init(|| {
         let required = std::env::var_os("ETL_REQUIRE_MOTO").is_some_and(|v| v == "1");
@@ -56,7 +56,7 @@ fn moto() -> Option<&'static Moto> {
 }
 
 /// A bucket or table name no other test or run uses: lowercase, digits and dashes.
-fn unique(tag: &str) -> String {
+pub(crate) fn unique(tag: &str) -> String {
     static STAMP: OnceLock<u128> = OnceLock::new();
     static N: AtomicUsize = AtomicUsize::new(0);
     let stamp = STAMP.get_or_init(|| {
@@ -67,14 +67,14 @@ fn unique(tag: &str) -> String {
 
 /// Whether a child talks to moto through `AWS_ENDPOINT_URL` or must be given the endpoint itself.
 #[derive(Clone, Copy, PartialEq)]
-enum Endpoint {
+pub(crate) enum Endpoint {
     Env,
     NotInEnv,
 }
 
 /// The environment of every child: no inherited `AWS_*` variable, dummy credentials, a region,
 /// config files that do not exist, no instance metadata lookups.
-fn aws_env(m: &Moto, cmd: &mut Command, endpoint: Endpoint) {
+pub(crate) fn aws_env(m: &Moto, cmd: &mut Command, endpoint: Endpoint) {
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("AWS_") {
             cmd.env_remove(&k);
@@ -95,7 +95,7 @@ fn aws_env(m: &Moto, cmd: &mut Command, endpoint: Endpoint) {
 }
 
 /// Runs `cmd` to the end with its output captured; kills it and fails after `limit`.
-fn run_limited(mut cmd: Command, limit: Duration) -> (Run, Duration) {
+pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> (Run, Duration) {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let start = Instant::now();
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
@@ -131,7 +131,7 @@ fn run_limited(mut cmd: Command, limit: Duration) -> (Run, Duration) {
     (run, elapsed)
 }
 
-fn etl_cmd(m: &Moto, args: &[&str], endpoint: Endpoint, extra_env: &[(&str, &str)]) -> Command {
+pub(crate) fn etl_cmd(m: &Moto, args: &[&str], endpoint: Endpoint, extra_env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
     // In a scratch folder, so an `s3://` argument mistaken for a local path litters nothing.
     cmd.args(args).current_dir(m.home.path());
@@ -143,14 +143,14 @@ fn etl_cmd(m: &Moto, args: &[&str], endpoint: Endpoint, extra_env: &[(&str, &str
 }
 
 /// `etl ARGS` with `AWS_ENDPOINT_URL` pointing at moto; insists on exit status `code`.
-fn etl_aws(m: &Moto, args: &[&str], code: i32) -> Run {
+pub(crate) fn etl_aws(m: &Moto, args: &[&str], code: i32) -> Run {
     let (r, _) = run_limited(etl_cmd(m, args, Endpoint::Env, &[]), CHILD_LIMIT);
     assert_eq!(r.code, code, "etl {args:?}\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
     r
 }
 
 /// A helper from tests/aws/ with the endpoint as its first argument; returns its stdout.
-fn py(m: &Moto, script: &str, args: &[&str]) -> String {
+pub(crate) fn py(m: &Moto, script: &str, args: &[&str]) -> String {
     let mut cmd = Command::new(&m.python);
     cmd.arg(root().join("tests/aws").join(script)).arg(&m.endpoint).args(args);
     aws_env(m, &mut cmd, Endpoint::Env);
@@ -159,11 +159,11 @@ fn py(m: &Moto, script: &str, args: &[&str]) -> String {
     r.stdout
 }
 
-fn s3_keys(m: &Moto, bucket: &str, prefix: &str) -> BTreeSet<String> {
+pub(crate) fn s3_keys(m: &Moto, bucket: &str, prefix: &str) -> BTreeSet<String> {
     py(m, "s3.py", &["list", bucket, prefix]).lines().map(str::to_owned).collect()
 }
 
-fn s3_get(m: &Moto, bucket: &str, key: &str) -> Vec<u8> {
+pub(crate) fn s3_get(m: &Moto, bucket: &str, key: &str) -> Vec<u8> {
     let mut cmd = Command::new(&m.python);
     cmd.arg(root().join("tests/aws/s3.py")).args([&m.endpoint, "get", bucket, key]);
     aws_env(m, &mut cmd, Endpoint::Env);
@@ -172,7 +172,7 @@ fn s3_get(m: &Moto, bucket: &str, key: &str) -> Vec<u8> {
     out.stdout
 }
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 temp path")
 }
 
@@ -283,14 +283,14 @@ fn input_checks(report: &Json) -> (Vec<String>, Vec<String>) {
 }
 
 /// A committed S3 output's `_etl/run.json`.
-fn s3_report(m: &Moto, bucket: &str, prefix: &str) -> Json {
+pub(crate) fn s3_report(m: &Moto, bucket: &str, prefix: &str) -> Json {
     let bytes = s3_get(m, bucket, &format!("{prefix}_etl/run.json"));
     serde_json::from_slice(&bytes).expect("run.json is JSON")
 }
 
 /// Every data file a report lists, per table, as keys in `bucket` (paths relative to the output
 /// prefix, or full `s3://` URLs).
-fn listed_keys(report: &Json, bucket: &str, prefix: &str) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn listed_keys(report: &Json, bucket: &str, prefix: &str) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
     for t in report["tables"].as_array().expect("tables") {
         let name = t["name"].as_str().expect("table name").to_owned();
@@ -471,95 +471,6 @@ fn s3_out_and_sql() {
     let got = etl_aws(m, &["sql", "--data", &out_url, q, "--format", "csv"], 0);
     let want = etl(["sql", "--data", &local, q, "--format", "csv"]);
     assert_eq!(got.stdout, want.stdout);
-}
-
-/// One query whose answer changes with every table of the sample's schema.
-const COUNTS: &str = r#"select (select count(*) from "user") as users, (select count(*) from "order") as orders, (select count(*) from order_item) as items, (select count(*) from product) as products, (select count(*) from review) as reviews"#;
-
-#[test]
-fn s3_out_killed_midway() {
-    let Some(m) = moto() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let big = tmp.path().join("big");
-    let r = etl(["sample", "--out", s(&big), "--users", "20000", "--files", "8", "--seed", "7", "-q"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    // The answers of the bigger input, from a local run.
-    let big_local = tmp.path().join("big-local");
-    unwind(&[&big], &big_local, &["-q"], 0);
-    let want_big = etl(["sql", "--data", s(&big_local), COUNTS, "--format", "csv"]);
-    assert_eq!(want_big.code, 0, "{}", want_big.stderr);
-
-    let bucket = unique("kill");
-    py(m, "s3.py", &["mb", &bucket]);
-    // Aim the kills inside a run: time one complete run of the bigger input (to another prefix).
-    let timing = format!("s3://{bucket}/timing/");
-    let (r, full) =
-        run_limited(etl_cmd(m, &["unwind", "-q", s(&big), "--out", &timing], Endpoint::Env, &[]), CHILD_LIMIT);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-
-    let out_url = format!("s3://{bucket}/o/");
-    etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url, "-q"], 0);
-    let answers_a = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
-    assert_ne!(answers_a, want_big.stdout);
-    let report_a = s3_get(m, &bucket, "o/_etl/run.json");
-
-    let mut leftovers = BTreeSet::new();
-    let mut killed = 0;
-    // Late points too: a run may stage its files locally and upload them only at the end.
-    for percent in [5u32, 30, 60, 85, 92, 96, 99] {
-        let delay = full * percent / 100;
-        let before = s3_keys(m, &bucket, "o/");
-        let mut cmd = etl_cmd(m, &["unwind", "-q", s(&big), "--out", &out_url], Endpoint::Env, &[]);
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        std::thread::sleep(delay);
-        let finished = child.try_wait().unwrap();
-        let _ = child.kill(); // SIGKILL
-        let _ = child.wait();
-        let after = s3_keys(m, &bucket, "o/");
-        leftovers.extend(after.difference(&before).cloned());
-        // Readers see a complete output: the previous one, or (when the run got to its commit
-        // before the kill landed) the new one, never a mix.
-        let now = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
-        let report = s3_get(m, &bucket, "o/_etl/run.json");
-        let at = format!("killed at {percent}% of a run ({delay:?} of {full:?})");
-        if now == answers_a {
-            assert!(finished.is_none(), "{at}: the run had exited ({finished:?}) but published nothing");
-            assert_eq!(report, report_a, "{at}: run.json changed, the answers did not");
-            killed += 1;
-        } else {
-            assert_eq!(now, want_big.stdout, "{at}: neither the old nor the new answers");
-            // The run reached its commit before the kill landed: what it wrote belongs to a
-            // committed output, not a crashed run. Later kills could not tell the runs apart.
-            for k in after.difference(&before) {
-                leftovers.remove(k);
-            }
-            break;
-        }
-    }
-    assert!(killed >= 1, "no run was still running when killed (a full run took {full:?})");
-    eprintln!("s3_out_killed_midway: {killed} runs killed, {} objects left by them", leftovers.len());
-
-    // The next complete run succeeds, publishes the new data and removes the killed runs' files.
-    etl_aws(m, &["unwind", "-q", s(&big), "--out", &out_url], 0);
-    let now = etl_aws(m, &["sql", "--data", &out_url, COUNTS, "--format", "csv"], 0).stdout;
-    assert_eq!(now, want_big.stdout);
-    let report = s3_report(m, &bucket, "o/");
-    let listed: BTreeSet<String> = listed_keys(&report, &bucket, "o/").into_values().flatten().collect();
-    let keys = s3_keys(m, &bucket, "o/");
-    for k in &listed {
-        assert!(keys.contains(k), "run.json lists {k}, which is not in the bucket");
-    }
-    let stale: Vec<&String> = leftovers
-        .iter()
-        .filter(|k| keys.contains(*k) && !listed.contains(*k))
-        // Fixed names every run writes at its commit.
-        .filter(|k| *k != "o/_etl/run.json" && !k.starts_with("o/_etl/schema/"))
-        .collect();
-    assert!(stale.is_empty(), "objects of killed runs survived the next run: {stale:?}");
-    let uploads = py(m, "s3.py", &["uploads", &bucket, "o/"]);
-    if uploads.trim() != "[]" {
-        eprintln!("s3_out_killed_midway: multipart uploads still open after the next run: {}", uploads.trim());
-    }
 }
 
 #[test]

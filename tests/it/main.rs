@@ -1,10 +1,10 @@
 //! The one integration-test binary: runs the `etl` binary on real inputs and reads back what it
 //! wrote.
 
-mod atomic;
 mod aws;
 mod common;
 mod corpus;
+mod fault;
 mod import;
 mod interop;
 mod mapping;
