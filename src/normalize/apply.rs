@@ -901,7 +901,7 @@ columns = [ { name = "user_id", copy = "userId", required = true } ]
             let line = format!(
                 r#"{{"Item":{{"pk":{{"S":"$shop#userid_jdoe42"}},"sk":{{"S":"$user_1#at_2024-03-01T12:00:00.000Z"}}{user}}}}}"#
             );
-            let item = decode_export_line(&line).unwrap();
+            let item = decode_export_line(&line);
             let a = apply(e, &item, "Type")?;
             let user_id = match get(&a.row, "user_id") {
                 Some(Value::S(s)) => Some(s.to_string()),
