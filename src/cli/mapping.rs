@@ -281,7 +281,7 @@ fn import(args: ImportArgs, printer: &Printer) -> ExitStatus {
         Ok(i) => i,
         Err(e) => {
             // Rendered like mapping errors: each with its location and `hint:`.
-            eprintln!("{e}");
+            printer.mapping_errors(&e);
             return ExitStatus::Error;
         }
     };
@@ -296,7 +296,11 @@ fn import(args: ImportArgs, printer: &Printer) -> ExitStatus {
             }
             printer.info(&format!("wrote `{}` ({} entities)", path.display(), imported.mapping.entities.len()));
         }
-        None => print!("{}", imported.text),
+        None => {
+            if let Err(e) = printer.data(&imported.text) {
+                return super::stdout_failed(printer, &e);
+            }
+        }
     }
     ExitStatus::Success
 }

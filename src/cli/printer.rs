@@ -84,9 +84,9 @@ impl Printer {
         self.stderr(&text);
     }
 
-    /// Every problem of a mapping, as the loader renders them (each with its own `error:` and
-    /// `hint:` lines).
-    pub fn mapping_errors(&self, e: &crate::mapping::MappingErrors) {
+    /// Every problem of a mapping file or an imported model, as the loader renders them (each
+    /// with its own `error:` and `hint:` lines).
+    pub fn mapping_errors(&self, e: &dyn std::fmt::Display) {
         self.stderr(&format!("{e}\n"));
     }
 

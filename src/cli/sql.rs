@@ -181,6 +181,9 @@ async fn run_all(
         let started = Instant::now();
         let result = session.run_statement(stmt).await.map_err(Failure::Query)?;
         write_result(&result, format, out).map_err(Failure::Write)?;
+        // Flushed before the count: a reader that left early stops the run here, and the count
+        // is never printed for rows that did not get out.
+        out.flush()?;
         printer.info(&format!("{} rows in {:.3}s", result.rows(), started.elapsed().as_secs_f64()));
     }
     Ok(())

@@ -70,8 +70,9 @@ fn credential_error_text(e: &aws_credential_types::provider::error::CredentialsE
 }
 
 /// How long S3 requests may take and how often they are retried (throttling, 5xx, timeouts and
-/// connection errors, with exponential backoff). Bounded so that an unreachable endpoint fails
-/// in well under a minute instead of `object_store`'s default three.
+/// connection errors, with exponential backoff). Ten retries ride out several seconds of
+/// throttling or 5xx answers (S3's `SlowDown` comes in bursts); the timeout keeps an unreachable
+/// endpoint failing in well under a minute instead of `object_store`'s default three.
 fn retry_config() -> RetryConfig {
     RetryConfig {
         backoff: BackoffConfig {
@@ -79,7 +80,7 @@ fn retry_config() -> RetryConfig {
             max_backoff: Duration::from_secs(5),
             base: 2.0,
         },
-        max_retries: 5,
+        max_retries: 10,
         retry_timeout: Duration::from_secs(30),
     }
 }

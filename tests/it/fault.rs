@@ -581,10 +581,22 @@ fn eacces_on_the_output_parent_fails_clearly() {
     let previous = tree(&out);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    // `nobody` may not reach the build folder (under root's home): a copy of the binary and of
+    // the export it can read and run.
+    let (bin, src) = if root {
+        let bin = tmp.path().join("etl");
+        std::fs::copy(env!("CARGO_BIN_EXE_etl"), &bin).unwrap();
+        let src = tmp.path().join("src");
+        assert!(Command::new("cp").arg("-a").arg(sample_export()).arg(&src).status().unwrap().success());
+        assert!(Command::new("chmod").args(["-R", "a+rX"]).arg(&src).arg(&bin).status().unwrap().success());
+        (bin, src)
+    } else {
+        (PathBuf::from(env!("CARGO_BIN_EXE_etl")), sample_export())
+    };
     std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o555)).unwrap();
     for target in [out.clone(), parent.join("new")] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
-        cmd.args(["unwind", "-q", "--out"]).arg(&target).arg(sample_export()).env("NO_COLOR", "1");
+        let mut cmd = Command::new(&bin);
+        cmd.args(["unwind", "-q", "--out"]).arg(&target).arg(&src).env("NO_COLOR", "1");
         cmd.current_dir("/");
         if root {
             // SAFETY: between fork and exec only async-signal-safe calls (setgroups, setgid, setuid).

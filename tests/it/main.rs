@@ -1,6 +1,9 @@
 //! The one integration-test binary: runs the `etl` binary on real inputs and reads back what it
 //! wrote.
 
+// Test code: unwrapping is how a test fails, and stderr is where it says why.
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)]
+
 mod aws;
 mod common;
 mod corpus;
