@@ -16,11 +16,11 @@ use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
 use super::RejectReason;
 use crate::decode::{Item, Number, Value};
+use crate::mapping::template::{KeyValue, TimeUnit};
 use crate::mapping::{
     ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, Mapping, TimestampFormat,
     UnmappedPolicy,
 };
-use crate::mapping::template::{KeyValue, TimeUnit};
 use crate::schema::{Column, ColumnType, SetKind, StructField, TableSchema, TsUnit};
 
 /// The column holding unmapped attributes as DynamoDB JSON.
@@ -434,6 +434,7 @@ fn child_row<'a>(
 
 /// Applies the `unmapped` policy to one attribute (or element field) no column names: kept for
 /// `_extra`, dropped, or `refuse`d.
+#[allow(clippy::ptr_arg, reason = "cloning the `Cow` keeps a borrowed name borrowed; a `&str` would allocate")]
 fn keep_unmapped<'a>(
     policy: UnmappedPolicy,
     name: &Cow<'a, str>,
@@ -659,7 +660,7 @@ fn timestamp(v: &Value<'_>, unit: TimeUnit, format: &TimestampFormat, tz: &str) 
     };
     let instant = |dt: DateTime<FixedOffset>, name: &str| -> Result<i64, String> {
         let micros = dt.timestamp_micros();
-        if dt.timestamp_subsec_nanos() % 1000 != 0 {
+        if !dt.timestamp_subsec_nanos().is_multiple_of(1000) {
             return Err(format!("`timestamp` as {name} (at most microsecond precision)"));
         }
         convert_epoch(micros, TimeUnit::Microsecond, unit)

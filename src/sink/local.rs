@@ -669,7 +669,8 @@ mod tests {
         let out = tmp.path().join("out");
         stage(&out, "old").commit().unwrap();
         let names = Names::of(&out);
-        for (new, old) in [(names.tagged("new", "1-1"), names.tagged("old", "1-1"))] {
+        {
+            let (new, old) = (names.tagged("new", "1-1"), names.tagged("old", "1-1"));
             fs::create_dir(&new).unwrap();
             fs::create_dir(&old).unwrap();
         }

@@ -40,7 +40,11 @@ fn a_reader_that_leaves_early_is_success() {
         for &lines in reads {
             let r = run_closing_stdout(etl_command(&args), b"", lines);
             assert_quiet_success(&r, &format!("sql --format {format}, {lines} lines read"));
-            assert!(!r.stderr.contains("rows in"), "sql --format {format}, {lines} lines read: stops at the closed pipe: {}", r.stderr);
+            assert!(
+                !r.stderr.contains("rows in"),
+                "sql --format {format}, {lines} lines read: stops at the closed pipe: {}",
+                r.stderr
+            );
         }
     }
     // The shell, on piped input: the first result is cut short and the shell ends there.
