@@ -1147,8 +1147,19 @@ pub(crate) mod moto_tests {
     pub(crate) const BIG: &str = "12345678901234567890123456789.123456789";
 
     /// A client for the moto server in `ETL_MOTO_ENDPOINT`, or `None` to skip.
+    /// Whether the test script asked for moto (`ETL_REQUIRE_MOTO=1`): then a missing server or
+    /// variable fails the test instead of skipping it.
+    pub(crate) fn moto_required() -> bool {
+        std::env::var_os("ETL_REQUIRE_MOTO").is_some_and(|v| v == "1")
+    }
+
+    /// A client for the moto server in `ETL_MOTO_ENDPOINT`; `None` (skip) when there is none and
+    /// it is not required.
     pub(crate) async fn moto_client() -> Option<(Client, String)> {
-        let endpoint = std::env::var("ETL_MOTO_ENDPOINT").ok().filter(|e| !e.is_empty())?;
+        let Some(endpoint) = std::env::var("ETL_MOTO_ENDPOINT").ok().filter(|e| !e.is_empty()) else {
+            assert!(!moto_required(), "ETL_REQUIRE_MOTO=1 but ETL_MOTO_ENDPOINT is not set");
+            return None;
+        };
         let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new("us-east-1"))
             .endpoint_url(&endpoint)
@@ -1223,8 +1234,10 @@ pub(crate) mod moto_tests {
             .collect()
     }
 
+    /// Against the moto server of `scripts/test` (skips without `ETL_MOTO_ENDPOINT`, fails
+    /// without it when `ETL_REQUIRE_MOTO=1`): segments, page sizes, the read-capacity budget,
+    /// every value type through the SDK, and the errors.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs a moto server in ETL_MOTO_ENDPOINT"]
     async fn moto_scan() {
         let Some((client, _)) = moto_client().await else {
             eprintln!("ETL_MOTO_ENDPOINT is not set; skipping");
@@ -1315,35 +1328,43 @@ pub(crate) mod moto_tests {
         eprintln!("error: {e}\nhint: {}", e.hint().unwrap_or_default());
     }
 
-    /// Spools a table made elsewhere (with boto3) for comparison: `ETL_MOTO_TABLE` is the table,
-    /// `ETL_MOTO_KEEP_DIR` receives `1/` and `4/` (1 and 4 segments).
+    /// A consistent scan (`--consistent-read`) of a table it creates, with 1 and 4 segments:
+    /// the same items, each decoded.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs a moto server in ETL_MOTO_ENDPOINT and a table in ETL_MOTO_TABLE"]
-    async fn moto_scan_existing_table() {
-        let (Some((client, _)), Ok(table), Ok(keep)) =
-            (moto_client().await, std::env::var("ETL_MOTO_TABLE"), std::env::var("ETL_MOTO_KEEP_DIR"))
-        else {
-            eprintln!("ETL_MOTO_ENDPOINT, ETL_MOTO_TABLE or ETL_MOTO_KEEP_DIR is not set; skipping");
+    async fn moto_consistent_scan() {
+        let Some((client, _)) = moto_client().await else {
+            eprintln!("ETL_MOTO_ENDPOINT is not set; skipping");
             return;
         };
-        let mut counts = Vec::new();
+        let table = unique("consistent");
+        let total = create_table(&client, &table, 40).await;
+        let mut keys_by_segments = Vec::new();
         for segments in [1u32, 4] {
-            let dir = Path::new(&keep).join(segments.to_string());
-            std::fs::create_dir_all(&dir).unwrap();
+            let dir = tempfile::tempdir().unwrap();
             let opts = ScanOptions {
                 table: table.clone(),
                 segments,
                 consistent_read: true,
                 max_rcu_per_second: None,
-                page_size: None,
+                page_size: Some(9),
             };
-            let files = scan_to_files(&client, &opts, &dir, |_| {}).await.unwrap();
-            for l in read_lines(&files) {
-                decode_export_line(&l);
-            }
-            counts.push(files.iter().map(|f| f.items).sum::<u64>());
-            eprintln!("{segments} segments: {:?}", files.iter().map(|f| (f.items, f.pages)).collect::<Vec<_>>());
+            let files = scan_to_files(&client, &opts, dir.path(), |_| {}).await.unwrap();
+            assert_eq!(files.iter().map(|f| f.items).sum::<u64>(), total as u64, "{segments} segments");
+            let mut keys: Vec<String> = read_lines(&files)
+                .iter()
+                .map(|l| {
+                    let item = decode_export_line(l);
+                    match item.iter().find(|(k, _)| k == "PK") {
+                        Some((_, Value::S(pk))) => pk.to_string(),
+                        _ => panic!("no PK in {l}"),
+                    }
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), total, "{segments} segments: every item once");
+            keys_by_segments.push(keys);
         }
-        assert_eq!(counts[0], counts[1]);
+        assert_eq!(keys_by_segments[0], keys_by_segments[1]);
     }
 }

@@ -459,14 +459,14 @@ mod tests {
     }
 }
 
-/// Against moto: `ETL_MOTO_ENDPOINT=http://127.0.0.1:PORT ETL_MOTO_BUCKET=<existing bucket>
-/// cargo test --release --lib aws:: -- --ignored`. Skips (passes) without the variables.
+/// Against moto: `scripts/test` starts the server and makes the bucket (`ETL_MOTO_ENDPOINT`,
+/// `ETL_MOTO_BUCKET`). Skips without the variables, fails without them when `ETL_REQUIRE_MOTO=1`.
 #[cfg(test)]
 mod moto_tests {
     use aws_sdk_dynamodb::types::PointInTimeRecoverySpecification;
 
     use super::*;
-    use crate::aws::dynamodb::moto_tests::{create_table, moto_client, unique};
+    use crate::aws::dynamodb::moto_tests::{create_table, moto_client, moto_required, unique};
 
     async fn enable_pitr(client: &Client, table: &str) {
         let spec = PointInTimeRecoverySpecification::builder().point_in_time_recovery_enabled(true).build().unwrap();
@@ -480,9 +480,9 @@ mod moto_tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs a moto server in ETL_MOTO_ENDPOINT and a bucket in ETL_MOTO_BUCKET"]
     async fn moto_exports() {
         let (Some((client, _)), Ok(bucket)) = (moto_client().await, std::env::var("ETL_MOTO_BUCKET")) else {
+            assert!(!moto_required(), "ETL_REQUIRE_MOTO=1 but ETL_MOTO_BUCKET is not set");
             eprintln!("ETL_MOTO_ENDPOINT or ETL_MOTO_BUCKET is not set; skipping");
             return;
         };

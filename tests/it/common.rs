@@ -23,9 +23,14 @@ pub fn sample_export() -> PathBuf {
 }
 
 /// The real AWS export, read from `../shared` when it is there (never copied into the project).
+/// `None` (skip) when it is not, unless `ETL_REQUIRE_REAL_EXPORT=1` (`scripts/test` sets it
+/// unless told `ETL_REQUIRE_REAL_EXPORT=0`), which turns its absence into a failure.
 pub fn real_export() -> Option<PathBuf> {
     let p = root().join("../shared/fixtures/aws-real-export");
-    p.join("AWSDynamoDB").is_dir().then_some(p)
+    let present = p.join("AWSDynamoDB").is_dir();
+    let required = std::env::var_os("ETL_REQUIRE_REAL_EXPORT").is_some_and(|v| v == "1");
+    assert!(present || !required, "ETL_REQUIRE_REAL_EXPORT=1 but {} is missing", p.display());
+    present.then_some(p)
 }
 
 pub struct Run {
