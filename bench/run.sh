@@ -18,7 +18,7 @@ DUCKDB_VERSION="$(sed -n 's/^duckdb==\([^[:space:]]*\).*/\1/p' "$ROOT/scripts/re
 DUCKDB_VERSION="${DUCKDB_VERSION:-1.5.6}"
 FILES="${BENCH_FILES:-8}"
 SEED="${BENCH_SEED:-1}"
-RUNS="${BENCH_RUNS:-1}"
+RUNS="${BENCH_RUNS:-5}"
 
 usage() {
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
@@ -26,9 +26,11 @@ usage() {
 
 environment: CARGO_TARGET_DIR (default /root/.cache/etl/target), ETL_VENV (default .venv),
 BENCH_DIR (work folder; default a new temporary one, removed at the end unless BENCH_KEEP=1),
-BENCH_FILES (data files, default 8), BENCH_SEED (default 1), BENCH_RUNS (runs per tool, best wall
-kept, default 1), BENCH_STRICT=1 (exit 1 when a target is missed), BENCH_NO_BUILD=1 (skip cargo
-build), ETL_BIN / FLOOR_BIN (binaries to time instead of the ones in CARGO_TARGET_DIR).
+BENCH_FILES (data files, default 8), BENCH_SEED (default 1), BENCH_RUNS (runs per tool, default
+5: median, min and max reported), BENCH_STRICT=1 (exit 1 when a target is missed),
+BENCH_NO_BUILD=1 (skip the build), ETL_BIN / FLOOR_BIN (binaries to time instead of the ones in
+CARGO_TARGET_DIR). Every etl run's output is checked (bench/verify.py) before a figure is
+reported: a binary that does not do the job fails the bench.
 EOF
 }
 
@@ -81,11 +83,15 @@ log "work folder: $WORK"
 
 ensure_gnu_time
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
+    # The test build: the same features as `scripts/test`, so nothing is compiled twice; it also
+    # builds the examples (the floor).
     log "building etl and the floor example (release)"
-    (cd "$ROOT" && cargo build --release --bins --examples >&2)
+    (cd "$ROOT" && cargo test --release --locked --no-run >&2)
 fi
 ETL="${ETL_BIN:-$CARGO_TARGET_DIR/release/etl}"
 FLOOR="${FLOOR_BIN:-$CARGO_TARGET_DIR/release/examples/floor}"
+# The export generator is always the build's etl, whatever binary is timed.
+SAMPLE="$CARGO_TARGET_DIR/release/etl"
 
 # generate ITEMS NAME: writes $WORK/NAME/AWSDynamoDB/<ExportId>/ unless it is already there;
 # sets EXPORT_DIR and ITEM_COUNT.
@@ -93,7 +99,7 @@ generate() {
     local n="$1" out="$WORK/$2"
     if ! ls "$out"/AWSDynamoDB/*/manifest-summary.json >/dev/null 2>&1; then
         log "generating $n items into $out"
-        "$ETL" sample --out "$out" --items "$n" --files "$FILES" --seed "$SEED" >&2
+        "$SAMPLE" sample --out "$out" --items "$n" --files "$FILES" --seed "$SEED" >&2
     fi
     local summary
     summary="$(ls "$out"/AWSDynamoDB/*/manifest-summary.json | head -n 1)"
@@ -103,34 +109,55 @@ generate() {
     cat "$EXPORT_DIR"/data/*.json.gz >/dev/null
 }
 
-declare -A WALL RSS
+declare -A WALLS RSS INPROC
 
-# measure NAME CMD...: runs CMD $RUNS times under GNU time; keeps the best wall and the highest
-# peak RSS in WALL[NAME] (seconds) and RSS[NAME] (KiB).
+# measure NAME VERIFY CMD...: runs CMD $RUNS times under GNU time, each into a fresh
+# $WORK/NAME-out; after each run, VERIFY (a shell command, or `-`) must succeed or the bench
+# stops. Keeps every wall in WALLS[NAME] (seconds, space-separated), the highest peak RSS in
+# RSS[NAME] (KiB), and for DuckDB its in-process time (the `total:` line) in INPROC[NAME].
 measure() {
-    local name="$1"
-    shift
-    local run start end wall rss
+    local name="$1" verify="$2"
+    shift 2
+    local run start end wall rss inproc
     for ((run = 1; run <= RUNS; run++)); do
         log "running $name ($run/$RUNS)"
         rm -rf "$WORK/$name-out"
         start="$(date +%s.%N)"
-        if ! /usr/bin/time -v -o "$WORK/$name.time" "$@" >"$WORK/$name.log" 2>&1; then
-            log "$name failed; last lines of $WORK/$name.log:"
-            tail -n 20 "$WORK/$name.log" >&2
+        if ! /usr/bin/time -v -o "$WORK/$name.time" "$@" >"$WORK/$name.log" 2>"$WORK/$name.err"; then
+            log "$name failed; last lines of its output:"
+            tail -n 20 "$WORK/$name.log" "$WORK/$name.err" >&2
             exit 2
         fi
         end="$(date +%s.%N)"
-        wall="$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')"
-        rss="$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$WORK/$name.time")"
-        if [ -z "${WALL[$name]:-}" ] || awk -v a="$wall" -v b="${WALL[$name]}" 'BEGIN { exit !(a < b) }'; then
-            WALL[$name]="$wall"
+        if [ "$verify" != - ] && ! eval "$verify" >&2; then
+            log "$name: its output does not check out; no figure is reported"
+            exit 2
         fi
+        wall="$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')"
+        WALLS[$name]="${WALLS[$name]:-} $wall"
+        rss="$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$WORK/$name.time")"
         if [ -z "${RSS[$name]:-}" ] || [ "$rss" -gt "${RSS[$name]}" ]; then
             RSS[$name]="$rss"
         fi
+        inproc="$(sed -n 's/^total: \([0-9.]*\)s$/\1/p' "$WORK/$name.err")"
+        if [ -n "$inproc" ]; then
+            INPROC[$name]="${INPROC[$name]:-} $inproc"
+        fi
     done
 }
+
+# stat median|min|max LIST: of space-separated numbers.
+stat() {
+    echo "$2" | tr ' ' '\n' | grep . | sort -g | awk -v k="$1" '
+        { v[NR] = $1 }
+        END {
+            if (k == "min") print v[1]
+            else if (k == "max") print v[NR]
+            else if (NR % 2) print v[(NR + 1) / 2]
+            else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2
+        }'
+}
+median() { stat median "${WALLS[$1]}"; }
 
 mib() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
 rate() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / s }'; }
@@ -155,39 +182,62 @@ finish() {
     fi
 }
 
-row() { # row LABEL NAME ITEMS
-    printf '| %s | %.2f | %s | %s |\n' "$1" "${WALL[$2]}" "$(mib "${RSS[$2]}")" "$(rate "$3" "${WALL[$2]}")"
+row() { # row LABEL NAME ITEMS: median wall (min-max), peak RSS, items/s at the median
+    local w
+    w="$(median "$2")"
+    printf '| %s | %.2f (%.2f-%.2f) | %s | %s |\n' "$1" "$w" "$(stat min "${WALLS[$2]}")" \
+        "$(stat max "${WALLS[$2]}")" "$(mib "${RSS[$2]}")" "$(rate "$3" "$w")"
+}
+
+# The check of one etl output: bench/verify.py against the manifest (and DuckDB's output, when given).
+verify_etl() { # verify_etl OUT [DUCKDB_OUT]
+    local duck=()
+    [ -n "${2:-}" ] && duck=(--duckdb "$2")
+    "$VENV/bin/python" "$ROOT/bench/verify.py" --etl "$1" "${duck[@]}" \
+        --summary "$EXPORT_DIR/manifest-summary.json"
 }
 
 if [ "$mode" = compare ]; then
     ensure_duckdb
     generate "$items" export
-    measure etl "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-out" -q
-    measure duckdb "$VENV/bin/python" "$ROOT/bench/duckdb_unwind.py" \
+    # DuckDB first: its output is the reference etl's is checked against. Its row counts must
+    # equal the manifest's.
+    measure duckdb - "$VENV/bin/python" "$ROOT/bench/duckdb_unwind.py" \
         --data "$EXPORT_DIR/data/*.json.gz" --out "$WORK/duckdb-out"
-    measure floor "$FLOOR" "$EXPORT_DIR"/data/*.json.gz
-
-    floor_lines="$(grep -o 'lines=[0-9]*' "$WORK/floor.log" | cut -d= -f2)"
     duckdb_rows="$(awk 'NF == 2 && $2 ~ /^[0-9]+$/ { s += $2 } END { print s + 0 }' "$WORK/duckdb.log")"
-    if [ "$floor_lines" != "$ITEM_COUNT" ] || [ "$duckdb_rows" != "$ITEM_COUNT" ]; then
-        log "row counts disagree: manifest $ITEM_COUNT, floor $floor_lines, duckdb $duckdb_rows"
+    if [ "$duckdb_rows" != "$ITEM_COUNT" ]; then
+        log "DuckDB wrote $duckdb_rows rows, the manifest says $ITEM_COUNT items"
+        exit 2
+    fi
+    # Kept aside: measure() clears NAME-out before each run.
+    rm -rf "$WORK/duckdb-ref" && mv "$WORK/duckdb-out" "$WORK/duckdb-ref"
+    measure etl "verify_etl '$WORK/etl-out' '$WORK/duckdb-ref'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-out" -q
+    measure floor - "$FLOOR" "$EXPORT_DIR"/data/*.json.gz
+    floor_lines="$(grep -o 'lines=[0-9]*' "$WORK/floor.log" | cut -d= -f2)"
+    if [ "$floor_lines" != "$ITEM_COUNT" ]; then
+        log "the floor read $floor_lines lines, the manifest says $ITEM_COUNT items"
         exit 2
     fi
 
     cores="$(nproc)"
+    duck_inproc="$(stat median "${INPROC[duckdb]}")"
     echo
-    echo "## etl unwind vs DuckDB $DUCKDB_VERSION: $ITEM_COUNT items, $FILES+1 data files, $cores cores"
+    echo "## etl unwind vs DuckDB $DUCKDB_VERSION: $ITEM_COUNT items, $FILES+1 data files, $cores cores, $RUNS runs each"
     echo
-    echo "| tool | wall s | peak RSS MiB | items/s |"
+    echo "| tool | wall s, median (min-max) | peak RSS MiB | items/s |"
     echo "|---|---:|---:|---:|"
-    row "etl unwind" etl "$ITEM_COUNT"
-    row "duckdb $DUCKDB_VERSION" duckdb "$ITEM_COUNT"
+    row "etl unwind (checked: bench/verify.py)" etl "$ITEM_COUNT"
+    row "duckdb $DUCKDB_VERSION, process" duckdb "$ITEM_COUNT"
+    printf '| duckdb %s, in-process (no Python start-up) | %.2f (%.2f-%.2f) | | %s |\n' "$DUCKDB_VERSION" \
+        "$duck_inproc" "$(stat min "${INPROC[duckdb]}")" "$(stat max "${INPROC[duckdb]}")" \
+        "$(rate "$ITEM_COUNT" "$duck_inproc")"
     row "floor (gunzip + parse)" floor "$ITEM_COUNT"
     echo
-    wall_ratio="$(ratio "${WALL[etl]}" "${WALL[duckdb]}")"
-    floor_ratio="$(ratio "${WALL[floor]}" "${WALL[etl]}")"
-    echo "- etl wall / duckdb wall: $wall_ratio"
-    echo "- etl throughput / floor throughput: $floor_ratio"
+    # etl's whole process against DuckDB's in-process time: start-up is charged to etl only.
+    wall_ratio="$(ratio "$(median etl)" "$duck_inproc")"
+    floor_ratio="$(ratio "$(median floor)" "$(median etl)")"
+    echo "- etl wall / duckdb in-process wall (medians): $wall_ratio"
+    echo "- etl throughput / floor throughput (medians): $floor_ratio"
     echo
     check "etl wall / duckdb wall" "$wall_ratio" "<=" 0.33
     check "etl throughput / floor throughput" "$floor_ratio" ">=" 0.50
@@ -196,10 +246,10 @@ if [ "$mode" = compare ]; then
 else
     generate "$small" export-small
     small_count="$ITEM_COUNT"
-    measure etl-small "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-small-out" -q
+    measure etl-small "verify_etl '$WORK/etl-small-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-small-out" -q
     generate "$large" export-large
     large_count="$ITEM_COUNT"
-    measure etl-large "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-large-out" -q
+    measure etl-large "verify_etl '$WORK/etl-large-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-large-out" -q
 
     echo
     echo "## etl unwind peak RSS scaling ($FILES+1 data files, $(nproc) cores)"
