@@ -848,3 +848,25 @@ fn fuzz_crashes_replay() {
     println!("fuzz: replayed {replayed} saved findings");
     assert!(failures.is_empty(), "saved findings still fail:\n{}", failures.join("\n"));
 }
+
+/// The loop's own safety net: a panic and an over-long execution are findings, not test aborts.
+#[test]
+fn fuzz_harness_catches_panics_and_slow_inputs() {
+    let t = Target {
+        name: "self-test",
+        dict: &[],
+        kind_of: one_kind,
+        prefix: crash_prefix,
+        run: Box::new(|_, bytes| match bytes {
+            b"boom" => panic!("boom"),
+            b"slow" => {
+                std::thread::sleep(SLOW + Duration::from_millis(100));
+                0
+            }
+            _ => 7,
+        }),
+    };
+    assert_eq!(execute(&t, 0, b"fine"), Ok(7));
+    assert_eq!(execute(&t, 0, b"boom"), Err("panicked: boom".to_owned()));
+    assert!(execute(&t, 0, b"slow").is_err_and(|why| why.starts_with("took")));
+}
