@@ -131,6 +131,9 @@ const COMMON_DICT: &[&str] = &[
     "3q2+7w==",
 ];
 
+/// Runs one input of a kind; panics when an invariant fails; returns an outcome signature.
+type RunFn = Box<dyn Fn(u8, &[u8]) -> u64>;
+
 /// One target: how to run an input, the dictionary its mutator adds, and its seed kinds.
 struct Target {
     name: &'static str,
@@ -138,7 +141,7 @@ struct Target {
     /// Splits a corpus file name into a kind (a target may read several formats); `0` for one.
     kind_of: fn(&str) -> u8,
     /// Runs one input of a kind; panics when an invariant fails; returns an outcome signature.
-    run: Box<dyn Fn(u8, &[u8]) -> u64>,
+    run: RunFn,
     /// The file name prefix of a finding of this kind.
     prefix: fn(u8) -> &'static str,
 }
