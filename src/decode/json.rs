@@ -21,7 +21,10 @@ use super::{
 pub fn decode_export_line(line: &str) -> Result<Record<'_>, DecodeError> {
     let mut p = Parser::new(line);
     p.ws();
-    p.expect(b'{')?;
+    if p.peek() != Some(b'{') {
+        return Err(not_an_object(line));
+    }
+    p.pos += 1;
     p.ws();
     if p.peek() == Some(b'}') {
         return Err(p.fail(DecodeReason::NotAnItem, "line is an empty object, expected `{\"Item\":{...}}`"));
@@ -59,6 +62,33 @@ pub fn decode_export_line(line: &str) -> Result<Record<'_>, DecodeError> {
     }
     Ok(record)
 }
+
+/// Why a line that does not start with `{` is refused: valid JSON of another kind (an array, a
+/// string, ...) is valid JSON but not an export line; anything else is a syntax error.
+fn not_an_object(line: &str) -> DecodeError {
+    let mut p = Parser::new(line);
+    p.ws();
+    let start = p.pos;
+    let kind = match p.peek() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "`null`",
+        _ => "a number",
+    };
+    if let Err(e) = p.skip_value(NESTING_LIMIT) {
+        return e;
+    }
+    p.ws();
+    if !p.at_end() {
+        return p.fail(DecodeReason::InvalidJson, "unexpected text after the JSON value");
+    }
+    p.pos = start;
+    p.fail(DecodeReason::NotAnItem, format!("line is {kind}, not an object; expected `{{\"Item\":{{...}}}}`"))
+}
+
+/// Deepest JSON nesting read when skipping values that are not items.
+const NESTING_LIMIT: usize = 256;
 
 /// Decodes a bare attribute map `{"PK":{"S":"..."},...}` (the items of scan output).
 pub fn decode_item_object(text: &str) -> Result<Item<'_>, DecodeError> {
@@ -779,10 +809,7 @@ impl<'a> Parser<'a> {
             Some(b'n') if self.literal(b"null") => Ok(()),
             Some(b'-' | b'0'..=b'9') => {
                 let start = self.pos;
-                while let Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') = self.peek() {
-                    self.pos += 1;
-                }
-                if self.src[start..self.pos].parse::<f64>().is_err() {
+                if !self.json_number() {
                     self.pos = start;
                     return Err(self.syntax("a JSON number"));
                 }
@@ -790,6 +817,44 @@ impl<'a> Parser<'a> {
             }
             _ => Err(self.syntax("a JSON value")),
         }
+    }
+
+    /// Moves past a number of JSON's grammar, `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+    /// (no leading zeros, no bare `.` or exponent); false when there is none.
+    fn json_number(&mut self) -> bool {
+        let digits = |p: &mut Self| {
+            let start = p.pos;
+            while let Some(b'0'..=b'9') = p.peek() {
+                p.pos += 1;
+            }
+            p.pos - start
+        };
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => {
+                digits(self);
+            }
+            _ => return false,
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            if digits(self) == 0 {
+                return false;
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if digits(self) == 0 {
+                return false;
+            }
+        }
+        true
     }
 
     /// Reads a JSON number as text (for `Count` and similar fields).
@@ -928,7 +993,12 @@ mod tests {
                 r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"1"}},"NewImage":{"pk":{"Q":"1"}}}"#,
                 UnknownTypeKey,
             ),
-            (r#"[1]"#, InvalidJson),
+            (r#"[1]"#, NotAnItem),
+            (r#" "x" "#, NotAnItem),
+            (r#"[1"#, InvalidJson),
+            (r#"[01]"#, InvalidJson),
+            (r#"[1.]"#, InvalidJson),
+            (r#"[1] x"#, InvalidJson),
             (r#"{"Item":{"a":{"NULL":false}}}"#, WrongValueShape),
             (r#"{"Item":{"a":{"BOOL":"true"}}}"#, WrongValueShape),
             (r#"{"Item":{"a":{"S":"bad \u12"}}}"#, InvalidJson),
