@@ -18,3 +18,4 @@ mod sample;
 mod shapes;
 mod sql;
 mod tampered;
+mod types;
