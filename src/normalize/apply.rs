@@ -512,15 +512,19 @@ fn per_second(u: TimeUnit) -> i64 {
     }
 }
 
-/// `value` (in `from` units) in `to` units, exactly, or `None`.
+/// `value` (in `from` units) in `to` units, exactly, or `None`. Also `None` for seconds that
+/// do not fit the column as written: a seconds column is stored in milliseconds
+/// ([`TsUnit::stored`]), so its values must fit an `i64` of milliseconds.
 fn convert_epoch(value: i64, from: TimeUnit, to: TimeUnit) -> Option<i64> {
     let (f, t) = (per_second(from), per_second(to));
-    if t >= f {
-        value.checked_mul(t / f)
+    let v = if t >= f {
+        value.checked_mul(t / f)?
     } else {
         let d = f / t;
-        (value % d == 0).then_some(value / d)
-    }
+        (value % d == 0).then_some(value / d)?
+    };
+    let stored = per_second(TimeUnit::Millisecond).max(t) / t;
+    v.checked_mul(stored).map(|_| v)
 }
 
 /// A key placeholder's value as a column value of type `ty`.
@@ -1037,5 +1041,11 @@ columns = [{ name = "sku", type = "string", required = true }, { name = "qty", t
         assert_eq!(convert_epoch(5000, TimeUnit::Millisecond, TimeUnit::Second), Some(5));
         assert_eq!(convert_epoch(5001, TimeUnit::Millisecond, TimeUnit::Second), None);
         assert_eq!(convert_epoch(i64::MAX, TimeUnit::Second, TimeUnit::Microsecond), None);
+        // Seconds are stored as milliseconds: they must fit that.
+        let max_s = i64::MAX / 1000;
+        assert_eq!(convert_epoch(max_s, TimeUnit::Second, TimeUnit::Second), Some(max_s));
+        assert_eq!(convert_epoch(max_s + 1, TimeUnit::Second, TimeUnit::Second), None);
+        assert_eq!(convert_epoch(-max_s - 1, TimeUnit::Second, TimeUnit::Second), None);
+        assert_eq!(convert_epoch(i64::MAX, TimeUnit::Millisecond, TimeUnit::Millisecond), Some(i64::MAX));
     }
 }

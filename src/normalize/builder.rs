@@ -10,7 +10,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Fields, SchemaRef};
-use datafusion::arrow::datatypes::{TimestampMicrosecondType, TimestampMillisecondType, TimestampSecondType};
+use datafusion::arrow::datatypes::{TimestampMicrosecondType, TimestampMillisecondType};
 use datafusion::arrow::error::ArrowError;
 
 use crate::decode::{Item, TypeTag, Value};
@@ -49,7 +49,8 @@ enum Col {
         nulls: NullBufferBuilder,
     },
     Float64(Float64Builder),
-    TsSecond(PrimitiveBuilder<TimestampSecondType>),
+    /// Declared in seconds, written in milliseconds (see [`TsUnit::stored`]).
+    TsSecond(PrimitiveBuilder<TimestampMillisecondType>),
     TsMilli(PrimitiveBuilder<TimestampMillisecondType>),
     TsMicro(PrimitiveBuilder<TimestampMicrosecondType>),
     Date(Date32Builder),
@@ -267,9 +268,9 @@ impl Col {
                 },
                 Some(v) => return Err(mismatch(self, v)),
             },
-            Col::TsSecond(b) => append_i64(b, v, self_expected_ts())?,
-            Col::TsMilli(b) => append_i64(b, v, self_expected_ts())?,
-            Col::TsMicro(b) => append_i64(b, v, self_expected_ts())?,
+            Col::TsSecond(b) => append_i64(b, v, TsUnit::Second.stored_per_unit(), self_expected_ts())?,
+            Col::TsMilli(b) => append_i64(b, v, 1, self_expected_ts())?,
+            Col::TsMicro(b) => append_i64(b, v, 1, self_expected_ts())?,
             Col::Date(b) => match v {
                 None => b.append_null(),
                 Some(Value::N(n)) => match n.to_i64().and_then(|d| i32::try_from(d).ok()) {
@@ -365,13 +366,14 @@ fn self_expected_ts() -> &'static str {
     "an epoch number in the column's unit"
 }
 
-fn append_i64<T>(b: &mut PrimitiveBuilder<T>, v: Option<&Value<'_>>, expected: &str) -> Result<(), Mismatch>
+/// Appends an `N` holding an integer, times `scale` (the stored units per value unit).
+fn append_i64<T>(b: &mut PrimitiveBuilder<T>, v: Option<&Value<'_>>, scale: i64, expected: &str) -> Result<(), Mismatch>
 where
     T: datafusion::arrow::datatypes::ArrowPrimitiveType<Native = i64>,
 {
     match v {
         None => b.append_null(),
-        Some(Value::N(n)) => match n.to_i64() {
+        Some(Value::N(n)) => match n.to_i64().and_then(|i| i.checked_mul(scale)) {
             Some(i) => b.append_value(i),
             None => return Err(Mismatch { expected: expected.to_owned(), found: TypeTag::N }),
         },
@@ -474,5 +476,74 @@ impl BatchBuilder {
         let rows = std::mem::take(&mut self.rows);
         let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
         RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts).map_err(arrow)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::TimeUnit;
+
+    use super::*;
+    use crate::decode::Number;
+    use crate::schema::{Column, StructField};
+
+    fn column(name: &str, ty: ColumnType) -> Column {
+        Column { name: name.into(), source: name.into(), ty, nullable: true, seen: BTreeMap::new() }
+    }
+
+    fn n(text: &str) -> Value<'_> {
+        Value::N(Number::parse(text).unwrap())
+    }
+
+    /// Regression: seconds were written as Arrow `Timestamp(Second)`, which Parquet stores as a
+    /// bare INT64 that pyarrow and DuckDB read as a plain integer.
+    #[test]
+    fn seconds_are_written_as_utc_milliseconds_also_when_nested() {
+        let secs = ColumnType::Timestamp { unit: TsUnit::Second };
+        let table = TableSchema {
+            table: "t".into(),
+            entity: None,
+            columns: vec![
+                column("at", secs.clone()),
+                column("ats", ColumnType::List { element: Box::new(secs.clone()), set: None }),
+                column(
+                    "s",
+                    ColumnType::Struct {
+                        fields: vec![StructField { name: "at".into(), ty: secs.clone(), seen: BTreeMap::new() }],
+                    },
+                ),
+            ],
+            extra: None,
+        };
+        let mut b = BatchBuilder::new(&table);
+        let item: Item<'_> = vec![
+            ("at".into(), n("1752663090")),
+            ("ats".into(), Value::L(vec![n("-1"), n("0")])),
+            ("s".into(), Value::M(vec![("at".into(), n("86400"))])),
+        ];
+        b.append(&item).unwrap();
+        let batch = b.finish().unwrap();
+        let ms = DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
+        assert_eq!(batch.schema().field(0).data_type(), &ms);
+        let at = batch.column(0).as_primitive::<TimestampMillisecondType>();
+        assert_eq!(at.value(0), 1_752_663_090_000);
+        let ats = batch.column(1).as_list::<i32>();
+        assert_eq!(ats.value_type(), ms);
+        let ats = ats.value(0);
+        assert_eq!(ats.as_primitive::<TimestampMillisecondType>().values().to_vec(), [-1000, 0]);
+        let s = batch.column(2).as_struct();
+        assert_eq!(s.column(0).data_type(), &ms);
+        assert_eq!(s.column(0).as_primitive::<TimestampMillisecondType>().value(0), 86_400_000);
+        // The declared unit is kept in the field metadata.
+        let meta = batch.schema().field(0).metadata().get(crate::schema::META_DYNAMODB_TYPE).cloned();
+        assert_eq!(meta.as_deref(), Some("unit=s"));
+
+        // Seconds beyond what milliseconds can hold do not wrap.
+        let too_big = (i64::MAX / 1000 + 1).to_string();
+        let item: Item<'_> = vec![("at".into(), n(&too_big))];
+        assert!(matches!(b.append(&item), Err(NormalizeError::Mismatch { .. })));
     }
 }

@@ -20,6 +20,10 @@ pub const META_DYNAMODB_TYPE: &str = "dynamodb.type";
 /// Inside [`META_DYNAMODB_TYPE`]: how a text column encodes its values, as in
 /// `S|N; encoding=dynamodb-json` or `N; encoding=decimal-text`.
 pub const ENCODING_PREFIX: &str = "encoding=";
+/// Inside [`META_DYNAMODB_TYPE`]: the unit a timestamp column was declared in (`s`, `ms`, `us`),
+/// as in `N; attribute=signup_at; unit=s`. Parquet has no seconds unit, so a column declared in
+/// seconds is written in milliseconds and this is the only place its declared unit survives.
+pub const UNIT_PREFIX: &str = "unit=";
 
 /// Precision of every inferred decimal column: the most DynamoDB numbers can have.
 pub const DECIMAL_PRECISION: u8 = 38;
@@ -51,7 +55,8 @@ pub enum ColumnType {
     },
     /// Only from a mapping file (`float64`): numbers as doubles, which can round.
     Float64,
-    /// Only from a mapping file: instants in UTC; values are epoch integers in `unit`.
+    /// Only from a mapping file: instants in UTC; values are epoch integers in `unit`, written
+    /// in [`TsUnit::stored`] (Parquet has no seconds unit).
     Timestamp {
         unit: TsUnit,
     },
@@ -73,12 +78,41 @@ pub enum TsUnit {
 }
 
 impl TsUnit {
+    /// The unit the column is written in: Parquet's timestamp logical type knows milliseconds,
+    /// microseconds and nanoseconds only, and Arrow's seconds are written as a bare INT64 that
+    /// every reader but arrow-rs takes for a plain integer. Seconds are therefore stored as
+    /// milliseconds (exactly: every value is a multiple of 1000).
+    pub fn stored(self) -> TsUnit {
+        match self {
+            TsUnit::Second | TsUnit::Millisecond => TsUnit::Millisecond,
+            TsUnit::Microsecond => TsUnit::Microsecond,
+        }
+    }
+
+    /// How many stored units make one declared unit.
+    pub fn stored_per_unit(self) -> i64 {
+        match self {
+            TsUnit::Second => 1_000,
+            TsUnit::Millisecond | TsUnit::Microsecond => 1,
+        }
+    }
+
+    /// The Arrow unit of the written column ([`TsUnit::stored`]).
     pub fn arrow(self) -> datafusion::arrow::datatypes::TimeUnit {
         use datafusion::arrow::datatypes::TimeUnit as A;
-        match self {
+        match self.stored() {
             TsUnit::Second => A::Second,
             TsUnit::Millisecond => A::Millisecond,
             TsUnit::Microsecond => A::Microsecond,
+        }
+    }
+
+    /// The declared unit as the field metadata records it: `s`, `ms`, `us`.
+    pub fn short(self) -> &'static str {
+        match self {
+            TsUnit::Second => "s",
+            TsUnit::Millisecond => "ms",
+            TsUnit::Microsecond => "us",
         }
     }
 }
@@ -213,6 +247,12 @@ impl ColumnType {
         };
         if let Some(enc) = encoding {
             value.push_str(&format!("; {ENCODING_PREFIX}{enc}"));
+        }
+        if let ColumnType::Timestamp { unit } = self {
+            if !value.is_empty() {
+                value.push_str("; ");
+            }
+            value.push_str(&format!("{UNIT_PREFIX}{}", unit.short()));
         }
         let meta: std::collections::HashMap<String, String> =
             if value.is_empty() { Default::default() } else { [(META_DYNAMODB_TYPE.to_owned(), value)].into() };

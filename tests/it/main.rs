@@ -20,3 +20,4 @@ mod sample;
 mod shapes;
 mod sql;
 mod tampered;
+mod types;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampSecondType};
+use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMillisecondType};
 
 use crate::common::*;
 
@@ -72,12 +72,12 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
     let lines: usize = groups["Order"].iter().map(|o| o["lines"]["L"].as_array().unwrap().len()).sum();
     assert_eq!(count_rows(&out.join("order_lines")), lines);
 
-    // `orders.ordered_at` is a UTC timestamp equal to the epoch in the sort key.
+    // `orders.ordered_at` is a UTC timestamp equal to the epoch in the sort key: declared in
+    // seconds, written in milliseconds (Parquet has no seconds unit), the unit kept in metadata.
     let (schema, batches) = read_table(&out.join("orders"));
-    assert_eq!(
-        schema.field_with_name("ordered_at").unwrap().data_type(),
-        &DataType::Timestamp(TimeUnit::Second, Some("UTC".into()))
-    );
+    let ordered_at = schema.field_with_name("ordered_at").unwrap();
+    assert_eq!(ordered_at.data_type(), &DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())));
+    assert!(ordered_at.metadata()["dynamodb.type"].ends_with("; unit=s"), "{:?}", ordered_at.metadata());
     assert_eq!(schema.field_with_name("total").unwrap().data_type(), &DataType::Decimal128(12, 2));
     let by_id: BTreeMap<&str, &serde_json::Value> =
         groups["Order"].iter().map(|o| (o["order_id"]["S"].as_str().unwrap(), o)).collect();
@@ -89,13 +89,13 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
     let mut checked = 0;
     for b in &batches {
         let ids = b.column(id_col).as_string::<i32>();
-        let at = b.column(at_col).as_primitive::<TimestampSecondType>();
+        let at = b.column(at_col).as_primitive::<TimestampMillisecondType>();
         let emails = b.column(email_col).as_string::<i32>();
         for r in 0..b.num_rows() {
             let item = by_id[ids.value(r)];
             let sk = item["SK"]["S"].as_str().unwrap();
             let epoch: i64 = sk.split('#').nth(1).unwrap().parse().unwrap();
-            assert_eq!(at.value(r), epoch, "{sk}");
+            assert_eq!(at.value(r), epoch * 1000, "{sk}");
             let pk = item["PK"]["S"].as_str().unwrap();
             assert_eq!(format!("USER#{}", emails.value(r)), pk);
             checked += 1;
