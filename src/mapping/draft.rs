@@ -280,14 +280,7 @@ impl Draft {
     /// The mapping file text. Keys whose template did not match every value in the full pass
     /// are written as comments only.
     pub fn to_toml(&self, discriminator: &str, source_note: &str) -> String {
-        let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
-        let key = |s: &str| {
-            if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                s.to_owned()
-            } else {
-                q(s)
-            }
-        };
+        let (q, key) = (super::toml_string, super::toml_key);
         let mut out = String::new();
         let _ = writeln!(out, "# Draft mapping written by `etl mapping infer` from {source_note}.");
         let _ = writeln!(out, "# {discriminator}");

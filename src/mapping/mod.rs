@@ -28,3 +28,17 @@ pub use model::{
     ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, KeyMapping, Mapping,
     TimestampFormat, UnmappedPolicy, UnmatchedPolicy,
 };
+
+/// `s` as a TOML string (quoted and escaped), for the mapping files etl writes (drafts, imports).
+pub(crate) fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// `s` as a TOML key: bare when TOML allows it, quoted otherwise.
+pub(crate) fn toml_key(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        s.to_owned()
+    } else {
+        toml_string(s)
+    }
+}

@@ -104,7 +104,10 @@ fn an_unwritable_stderr_is_not_fatal() {
     // A run that fails keeps its exit status (2), not a panic's (101), when its error cannot be
     // shown; so does a policy failure (1).
     let missing = tmp.path().join("missing");
-    for (how, code) in with_unwritable_stderr(&["unwind", missing.to_str().unwrap(), "--out", "x"]) {
+    let nowhere = tmp.path().join("x");
+    for (how, code) in
+        with_unwritable_stderr(&["unwind", missing.to_str().unwrap(), "--out", nowhere.to_str().unwrap()])
+    {
         assert_eq!(code, Some(2), "a failing unwind with stderr on {how}");
     }
     let data = sample_out().to_str().unwrap().to_owned();

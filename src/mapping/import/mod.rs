@@ -446,14 +446,7 @@ impl Spec {
     }
 
     pub fn to_toml(&self, format: ImportFormat, file: &Path) -> String {
-        let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
-        let key = |s: &str| {
-            if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                s.to_owned()
-            } else {
-                q(s)
-            }
-        };
+        let (q, key) = (super::toml_string, super::toml_key);
         let comment = |s: &str| s.replace('\n', " ");
         let mut out = String::new();
         let _ = writeln!(
