@@ -6,7 +6,6 @@
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -269,42 +268,25 @@ impl<W: Write> Write for Md5Writer<W> {
     }
 }
 
-/// Writes partition `i` to `paths[i]` for every `i`, one thread per file and at most
-/// `available_parallelism` at a time.
+/// Writes partition `i` to `paths[i]` for every `i`, on the pipeline's worker pool (one task per
+/// file, at most `available_parallelism` threads; the first failure stops the others).
 fn write_partitions(shop: &Shop, paths: &[PathBuf]) -> Result<Vec<FileStats>, SampleError> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(paths.len());
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let results: Vec<Result<Vec<(usize, FileStats)>, SampleError>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= paths.len() || failed.load(Ordering::Relaxed) {
-                            return Ok(done);
-                        }
-                        match write_partition(shop, i, &paths[i]) {
-                            Ok(stats) => done.push((i, stats)),
-                            Err(e) => {
-                                failed.store(true, Ordering::Relaxed);
-                                return Err(e);
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    });
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let done = crate::pipeline::pool::run(
+        threads,
+        paths.len(),
+        |_| Ok(Vec::new()),
+        |done: &mut Vec<(usize, FileStats)>, i, stop| {
+            stop.check()?;
+            done.push((i, write_partition(shop, i, &paths[i])?));
+            Ok(())
+        },
+    )?;
     let mut stats: Vec<Option<FileStats>> = vec![None; paths.len()];
-    for result in results {
-        for (i, s) in result? {
-            stats[i] = Some(s);
-        }
+    for (i, s) in done.into_iter().flatten() {
+        stats[i] = Some(s);
     }
-    // Every index was claimed by exactly one worker, and no worker failed.
+    // The pool ran every task exactly once, and none failed.
     Ok(stats.into_iter().flatten().collect())
 }
 
@@ -361,5 +343,23 @@ mod tests {
         // flate2 happens to write the same bytes today; the constant keeps that true tomorrow.
         let flate2_empty = GzBuilder::new().write(Vec::new(), Compression::default()).finish().unwrap();
         assert_eq!(flate2_empty, EMPTY_GZIP);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_written_is_the_error_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shop = Shop::new(5, 40, 4).unwrap();
+        let bad = tmp.path().join("missing/part-1.json.gz");
+        let paths: Vec<PathBuf> =
+            (0..4).map(|i| if i == 1 { bad.clone() } else { tmp.path().join(format!("part-{i}.json.gz")) }).collect();
+        match write_partitions(&shop, &paths) {
+            Err(SampleError::Write { path, .. }) => assert_eq!(path, bad),
+            other => panic!("expected the write error of {}, got {other:?}", bad.display()),
+        }
+        // With every path writable, each file is written once, in order.
+        let paths: Vec<PathBuf> = (0..4).map(|i| tmp.path().join(format!("ok-{i}.json.gz"))).collect();
+        let stats = write_partitions(&shop, &paths).unwrap();
+        assert_eq!(stats.len(), 4);
+        assert!(paths.iter().all(|p| p.is_file()));
     }
 }

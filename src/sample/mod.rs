@@ -76,6 +76,26 @@ pub enum SampleError {
     Write { path: PathBuf, source: io::Error },
     #[error("cannot encode an item for `{path}`: {source}")]
     Encode { path: PathBuf, source: serde_json::Error },
+    /// A writer stopped because another failed; never reported (the pool returns the cause).
+    #[error("stopped because another data file failed")]
+    Cancelled,
+    /// A writer thread panicked: a bug in etl.
+    #[error("internal error while writing the sample: {0}; hint: this is a bug in etl, please report it")]
+    Internal(String),
+}
+
+impl crate::pipeline::pool::PoolError for SampleError {
+    fn cancelled() -> Self {
+        SampleError::Cancelled
+    }
+
+    fn is_cancelled(&self) -> bool {
+        matches!(self, SampleError::Cancelled)
+    }
+
+    fn panicked(message: String) -> Self {
+        SampleError::Internal(message)
+    }
 }
 
 /// Generates the export described by `opts`; see the module documentation.

@@ -46,6 +46,20 @@ def drain(until, timeout=20.0):
                 return
 
 
+def prompt_after(marker, timeout=20.0):
+    """Reads until the prompt shows again after `marker`: keys typed before the line editor is
+    back in raw mode would be echoed by the terminal, not edited."""
+    global out
+    end = time.time() + timeout
+    while time.time() < end and b"etl> " not in out[out.find(marker):]:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                return
+
+
 def settle(quiet=0.5, timeout=10.0):
     """Reads until the terminal has shown nothing new for `quiet` seconds."""
     global out
@@ -135,6 +149,7 @@ cursor = None
 if scenario == "edit":
     os.write(fd, b"select 40+1 as n;\r")
     drain(b"41")
+    prompt_after(b"41")
     # Up recalls the line; six lefts put the cursor after `1`; backspace and `2` make it `40+2`.
     os.write(fd, UP + LEFT * 6 + b"\x7f2\r")
     drain(b"42")
