@@ -304,7 +304,15 @@ impl Framer {
     /// Scan output is read and split into items here; a file that is not scan output at all is
     /// an error (no unit of it could be read).
     pub fn open(file: &DataFile, max_line_bytes: usize, progress: Arc<AtomicU64>) -> Result<Framer, SourceError> {
-        let raw = super::open(file).map_err(|source| SourceError::Io { path: file.display.clone(), source })?;
+        let raw = super::open(file).map_err(|source| {
+            // Listed by a manifest and there when the run was planned: the export changed under
+            // the run, an integrity failure like a missing file (exit 1), not an I/O error.
+            if source.kind() == std::io::ErrorKind::NotFound && file.expected.is_some() {
+                SourceError::VanishedDataFile { path: file.display.clone() }
+            } else {
+                SourceError::Io { path: file.display.clone(), source }
+            }
+        })?;
         let hashing = HashingReader::new(raw, progress);
         let decompress = if file.gzip {
             Decompress::Gzip(Box::new(MultiGzDecoder::new(hashing)))
@@ -463,5 +471,25 @@ mod tests {
             let got = collect(&input, 100, bufsize);
             assert_eq!(got, vec![("xxx…5000".into(), 1, 0, true), ("ok".into(), 2, 5001, false)], "bufsize {bufsize}");
         }
+    }
+
+    #[test]
+    fn a_listed_file_gone_at_open_is_an_integrity_failure_a_bare_one_an_io_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gone = tmp.path().join("gone.json.gz");
+        let file = |expected| DataFile {
+            input: super::super::Input::Path(gone.clone()),
+            display: "gone.json.gz".into(),
+            gzip: true,
+            layout: Layout::ExportLines,
+            size: 10,
+            expected,
+        };
+        let listed = file(Some(super::super::Expected { item_count: 1, md5_base64: "x".into() }));
+        let e = Framer::open(&listed, 1024, Arc::default()).err().expect("no file to open");
+        assert!(matches!(&e, SourceError::VanishedDataFile { path } if path == "gone.json.gz"), "{e}");
+        assert!(e.is_integrity());
+        let e = Framer::open(&file(None), 1024, Arc::default()).err().expect("no file to open");
+        assert!(matches!(&e, SourceError::Io { .. }) && !e.is_integrity(), "{e}");
     }
 }

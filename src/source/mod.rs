@@ -124,6 +124,10 @@ pub enum SourceError {
     UnknownSummaryValue { path: String, field: &'static str, value: String, expected: &'static str },
     #[error("data file `{path}` listed in `{manifest}` line {line} is missing (integrity check)")]
     MissingDataFile { manifest: String, line: usize, path: String },
+    #[error(
+        "data file `{path}`, listed in the export's manifest, disappeared while etl was reading the export (integrity check)"
+    )]
+    VanishedDataFile { path: String },
     #[error("`{manifest}` lists data file `{key}` twice, on lines {first_line} and {line} (duplicate check)")]
     DuplicateDataFile { manifest: String, first_line: usize, line: usize, key: String },
     #[error(
@@ -184,6 +188,9 @@ impl SourceError {
             SourceError::ManifestTooLarge { .. } | SourceError::NotAFile { .. } | SourceError::UnknownSummaryValue { .. } => {
                 Some("this is not a manifest AWS writes; copy the export again".into())
             }
+            SourceError::VanishedDataFile { .. } => Some(
+                "something removed or replaced the export while etl read it; let the copy finish, then run again".into(),
+            ),
             SourceError::MissingDataFile { .. } => Some(
                 "copy the whole export folder, including every file named in `manifest-files.json` (for example with `aws s3 sync`)".into(),
             ),
@@ -215,6 +222,7 @@ impl SourceError {
         matches!(
             self,
             SourceError::MissingDataFile { .. }
+                | SourceError::VanishedDataFile { .. }
                 | SourceError::DuplicateDataFile { .. }
                 | SourceError::DuplicateContent { .. }
         )
