@@ -1287,9 +1287,18 @@ fn parse_iso8601_ms(text: &str) -> Result<i64, Reason> {
     Ok(micros / 1_000 + i64::from(millis))
 }
 
-/// Writes `micros` (a whole number of milliseconds) as `YYYY-MM-DDTHH:MM:SS.fffZ`; `Ok(false)`
-/// (nothing written) outside years 0000-9999.
-fn write_iso8601_ms<W: fmt::Write>(micros: i64, w: &mut W) -> Result<bool, fmt::Error> {
+/// How many fraction digits an ISO 8601 timestamp is written with.
+#[derive(Clone, Copy)]
+enum Fraction {
+    /// None, 3 or 6: the fewest that keep the value.
+    Canonical,
+    /// Always 3 (`micros` is a whole number of milliseconds), as JavaScript's `toISOString()`.
+    Millis,
+}
+
+/// Writes `micros` as `YYYY-MM-DDTHH:MM:SS[.fff[fff]]Z`; `Ok(false)` (nothing written) outside
+/// years 0000-9999.
+fn write_iso8601_as<W: fmt::Write>(micros: i64, fraction: Fraction, w: &mut W) -> Result<bool, fmt::Error> {
     const PER_DAY: i64 = 86_400_000_000;
     let (y, m, d) = civil_from_days(micros.div_euclid(PER_DAY));
     if !(0..=9999).contains(&y) {
@@ -1297,7 +1306,17 @@ fn write_iso8601_ms<W: fmt::Write>(micros: i64, w: &mut W) -> Result<bool, fmt::
     }
     let of_day = micros.rem_euclid(PER_DAY);
     let (secs, frac) = (of_day / 1_000_000, of_day % 1_000_000);
-    write!(w, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", secs / 3600, secs / 60 % 60, secs % 60, frac / 1000)?;
+    write!(w, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)?;
+    let digits = match fraction {
+        Fraction::Canonical => canonical_fraction_digits(frac),
+        Fraction::Millis => 3,
+    };
+    match digits {
+        0 => {}
+        3 => write!(w, ".{:03}", frac / 1000)?,
+        _ => write!(w, ".{frac:06}")?,
+    }
+    w.write_char('Z')?;
     Ok(true)
 }
 
@@ -1313,21 +1332,13 @@ fn canonical_fraction_digits(micros: i64) -> usize {
 
 /// Writes the canonical form of `micros`; `Ok(false)` (nothing written) outside years 0000-9999.
 fn write_iso8601<W: fmt::Write>(micros: i64, w: &mut W) -> Result<bool, fmt::Error> {
-    const PER_DAY: i64 = 86_400_000_000;
-    let (y, m, d) = civil_from_days(micros.div_euclid(PER_DAY));
-    if !(0..=9999).contains(&y) {
-        return Ok(false);
-    }
-    let of_day = micros.rem_euclid(PER_DAY);
-    let (secs, frac) = (of_day / 1_000_000, of_day % 1_000_000);
-    write!(w, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)?;
-    match canonical_fraction_digits(frac) {
-        0 => {}
-        3 => write!(w, ".{:03}", frac / 1000)?,
-        _ => write!(w, ".{frac:06}")?,
-    }
-    w.write_char('Z')?;
-    Ok(true)
+    write_iso8601_as(micros, Fraction::Canonical, w)
+}
+
+/// Writes `micros` (a whole number of milliseconds) as `YYYY-MM-DDTHH:MM:SS.fffZ`; `Ok(false)`
+/// (nothing written) outside years 0000-9999.
+fn write_iso8601_ms<W: fmt::Write>(micros: i64, w: &mut W) -> Result<bool, fmt::Error> {
+    write_iso8601_as(micros, Fraction::Millis, w)
 }
 
 fn days_in_month(y: u32, m: u32) -> u32 {
