@@ -33,31 +33,28 @@ fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
 out = b""
 
 
-def drain(until, timeout=20.0):
-    """Reads what the terminal shows until `until` appears in it."""
+def read_until(done, timeout=20.0):
+    """Reads what the terminal shows until `done()` holds (or `timeout` seconds pass)."""
     global out
     end = time.time() + timeout
-    while time.time() < end and until not in out:
+    while time.time() < end and not done():
         r, _, _ = select.select([fd], [], [], 0.1)
         if r:
             try:
                 out += os.read(fd, 65536)
             except OSError:
                 return
+
+
+def drain(until, timeout=20.0):
+    """Reads what the terminal shows until `until` appears in it."""
+    read_until(lambda: until in out, timeout)
 
 
 def prompt_after(marker, timeout=20.0):
     """Reads until the prompt shows again after `marker`: keys typed before the line editor is
     back in raw mode would be echoed by the terminal, not edited."""
-    global out
-    end = time.time() + timeout
-    while time.time() < end and b"etl> " not in out[out.find(marker):]:
-        r, _, _ = select.select([fd], [], [], 0.1)
-        if r:
-            try:
-                out += os.read(fd, 65536)
-            except OSError:
-                return
+    read_until(lambda: b"etl> " in out[out.find(marker):], timeout)
 
 
 def settle(quiet=0.5, timeout=10.0):
