@@ -111,17 +111,7 @@ pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> (Run, Duration) 
         let _ = err.read_to_end(&mut v);
         v
     });
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} still running after {limit:?}; killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_or_kill(&mut child, start, limit, &format!("{cmd:?}"));
     let elapsed = start.elapsed();
     let run = Run {
         code: status.code().unwrap_or(-1),

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use datafusion::arrow::array::{
@@ -381,4 +382,20 @@ where
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
     cmd.args(args);
     cmd
+}
+
+/// Waits for `child`, started at `start`; kills it and fails the test once `limit` has passed.
+/// `what` names it in that failure.
+pub fn wait_or_kill(child: &mut Child, start: Instant, limit: Duration, what: &str) -> ExitStatus {
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} still running after {limit:?}; killed");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -140,18 +140,7 @@ fn finish(mut child: Child, limit: Duration) -> (ExitStatus, String) {
         }
         text
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("etl still running after {limit:?}; killed");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let status = wait_or_kill(&mut child, Instant::now(), limit, "etl");
     (status, reader.join().unwrap())
 }
 
