@@ -28,10 +28,10 @@ pub enum ExportCommand {
 /// Data format of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum FormatArg {
-    /// DynamoDB JSON lines (what `etl unwind` reads).
+    /// DynamoDB JSON lines (`.json.gz`).
     #[default]
     DynamodbJson,
-    /// Amazon Ion text.
+    /// Amazon Ion text lines (`.ion.gz`); `etl unwind` reads both to the same tables.
     Ion,
 }
 

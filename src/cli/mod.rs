@@ -49,7 +49,7 @@ impl From<ExitStatus> for ExitCode {
     version,
     about = "Unwind DynamoDB single-table designs into exact analytics tables",
     long_about = "Unwind DynamoDB single-table designs into exact analytics tables.\n\n\
-        Reads DynamoDB exports (Export to S3, DynamoDB JSON; local or `s3://`), live tables \
+        Reads DynamoDB exports (Export to S3, DynamoDB JSON or Amazon Ion; local or `s3://`), live tables \
         (`dynamodb://TABLE`) and `aws dynamodb scan` output, splits items by their type attribute \
         into one Parquet table per entity (or the tables a `--mapping` file declares, with keys \
         parsed into typed columns), keeps numbers, sets and binary exact, and reconciles every \
@@ -87,7 +87,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct UnwindArgs {
     /// Inputs: an export folder (holding `AWSDynamoDB/`), an `AWSDynamoDB/<ExportId>` folder,
-    /// a `manifest-summary.json`, folders or files of data files (`.json.gz`, `.gz`, `.json`),
+    /// a `manifest-summary.json`, folders or files of data files (`.json.gz`, `.gz`, `.json`,
+    /// `.ion.gz`, `.ion`),
     /// `aws dynamodb scan --output json` output (a file, or `-` for stdin); each also as
     /// `s3://bucket/prefix`; or `dynamodb://TABLE` to scan a live table.
     #[arg(required = true, value_name = "SOURCE")]
@@ -164,6 +165,9 @@ pub struct SampleArgs {
     /// Also write the same items as `aws dynamodb scan` output to this file.
     #[arg(long, value_name = "FILE")]
     pub scan_json: Option<PathBuf>,
+    /// Data-file format of the export, as DynamoDB's Export to S3 writes it.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: export::FormatArg,
 }
 
 /// Entry point of the `etl` binary.
@@ -316,13 +320,17 @@ fn not_reconciled(report: &RunManifest, outcome: &str) -> String {
 }
 
 fn sample(args: SampleArgs, printer: &Printer) -> ExitStatus {
-    let SampleArgs { out, items, users, files, seed, scan_json } = args;
+    let SampleArgs { out, items, users, files, seed, scan_json, format } = args;
     let users = match (items, users) {
         (Some(n), _) => crate::sample::users_for_items(n),
         (None, Some(u)) => u,
         (None, None) => 200,
     };
-    let opts = crate::sample::SampleOptions { out, users, files: files.max(1), seed, scan_json };
+    let format = match format {
+        export::FormatArg::DynamodbJson => crate::sample::SampleFormat::DynamodbJson,
+        export::FormatArg::Ion => crate::sample::SampleFormat::Ion,
+    };
+    let opts = crate::sample::SampleOptions { out, users, files: files.max(1), seed, scan_json, format };
     match crate::sample::generate(&opts) {
         Ok(s) => {
             printer.info(&format!(

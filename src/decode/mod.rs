@@ -1,6 +1,6 @@
 //! Wire formats to [`Record`]s: DynamoDB JSON export lines (full-export items and
-//! incremental-export change records) and the items of `aws dynamodb scan` documents, through one
-//! dispatch by [`Format`] ([`decode`]).
+//! incremental-export change records), Amazon Ion export lines ([`ion`]) and the items of
+//! `aws dynamodb scan` documents, through one dispatch by [`Format`] ([`decode`]).
 //!
 //! Owns the exact attribute model ([`Value`]) and every rule about what DynamoDB could have
 //! exported: one type key per value, canonical numbers, strict base64, non-empty sets without
@@ -9,6 +9,7 @@
 //! `normalize` turns into a reject row. This module knows nothing of entities, Arrow or files; it
 //! never panics on any input.
 
+pub mod ion;
 pub mod json;
 pub mod number;
 pub mod scan;
@@ -25,6 +26,9 @@ pub enum Format {
     /// An export data line: `{"Item":{…}}`, or an incremental export's change record
     /// `{"Metadata":…,"Keys":…,"OldImage":…,"NewImage":…}`.
     ExportJson,
+    /// An Amazon Ion text export line: `$ion_1_0 {Item:{…}}`, or a change record
+    /// `{Metadata:…,Keys:…,OldImage:…,NewImage:…}`.
+    ExportIon,
     /// One item of `aws dynamodb scan` output: a bare attribute map `{"PK":{"S":"…"},…}`.
     ScanItemJson,
 }
@@ -71,6 +75,7 @@ pub fn decode(format: Format, bytes: &[u8]) -> Result<Record<'_>, DecodeError> {
     };
     match format {
         Format::ExportJson => json::decode_export_line(text),
+        Format::ExportIon => ion::decode_export_line(text),
         Format::ScanItemJson => json::decode_item_object(text).map(Record::Put),
     }
 }
@@ -292,6 +297,14 @@ pub enum DecodeReason {
     KeysMismatch,
     /// A change record whose `Metadata.WriteTimestampMicros` is missing or not a timestamp.
     BadWriteTime,
+    /// An Ion line that is not Ion text (a syntax error, a truncated value).
+    InvalidIon,
+    /// An Ion value of a type DynamoDB never exports: float, timestamp, symbol, clob, s-expression
+    /// or a typed null such as `null.int`.
+    UnexportedIonType,
+    /// An Ion annotation DynamoDB never writes: anything but one `$dynamodb_SS`, `$dynamodb_NS` or
+    /// `$dynamodb_BS` on a list, or an annotation on a set member, an item or a line.
+    BadAnnotation,
 }
 
 /// A line or item that is not something DynamoDB could have exported.

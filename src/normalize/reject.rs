@@ -44,6 +44,12 @@ pub enum RejectReason {
     KeysMismatch,
     /// A change record without a valid `Metadata.WriteTimestampMicros`.
     BadWriteTime,
+    /// An Ion export line that is not Ion text.
+    InvalidIon,
+    /// An Ion value of a type DynamoDB never exports (float, timestamp, symbol, clob, ...).
+    UnexportedIonType,
+    /// An Ion annotation DynamoDB never writes.
+    BadAnnotation,
     // Framing.
     /// A line longer than `--max-line-bytes`, never read into memory.
     LineTooLong,
@@ -68,7 +74,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, in declaration order (`ALL[r as usize] == r`).
-    pub const ALL: [RejectReason; 29] = [
+    pub const ALL: [RejectReason; 32] = [
         RejectReason::InvalidUtf8,
         RejectReason::InvalidJson,
         RejectReason::NotAnItem,
@@ -89,6 +95,9 @@ impl RejectReason {
         RejectReason::NoKeys,
         RejectReason::KeysMismatch,
         RejectReason::BadWriteTime,
+        RejectReason::InvalidIon,
+        RejectReason::UnexportedIonType,
+        RejectReason::BadAnnotation,
         RejectReason::LineTooLong,
         RejectReason::CorruptFile,
         RejectReason::IncrementalRecord,
@@ -127,6 +136,9 @@ impl RejectReason {
             RejectReason::NoKeys => "no_keys",
             RejectReason::KeysMismatch => "keys_mismatch",
             RejectReason::BadWriteTime => "bad_write_time",
+            RejectReason::InvalidIon => "invalid_ion",
+            RejectReason::UnexportedIonType => "unexported_ion_type",
+            RejectReason::BadAnnotation => "bad_annotation",
             RejectReason::LineTooLong => "line_too_long",
             RejectReason::CorruptFile => "corrupt_file",
             RejectReason::IncrementalRecord => "incremental_record",
@@ -163,6 +175,9 @@ impl From<DecodeReason> for RejectReason {
             DecodeReason::NoKeys => RejectReason::NoKeys,
             DecodeReason::KeysMismatch => RejectReason::KeysMismatch,
             DecodeReason::BadWriteTime => RejectReason::BadWriteTime,
+            DecodeReason::InvalidIon => RejectReason::InvalidIon,
+            DecodeReason::UnexportedIonType => RejectReason::UnexportedIonType,
+            DecodeReason::BadAnnotation => RejectReason::BadAnnotation,
         }
     }
 }

@@ -317,6 +317,7 @@ mod tests {
             files: 3,
             seed: 5,
             scan_json: None,
+            format: crate::sample::SampleFormat::DynamodbJson,
         })
         .unwrap();
         out

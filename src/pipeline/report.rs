@@ -34,6 +34,7 @@ pub fn inputs(plan: &Plan, read: &ReadResult) -> Vec<InputReport> {
             layout: match f.layout {
                 Layout::ExportLines => "export_lines".into(),
                 Layout::ScanOutput => "scan_output".into(),
+                Layout::IonLines => "ion_lines".into(),
             },
             gzip: f.gzip,
             bytes: d.bytes,

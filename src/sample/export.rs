@@ -1,6 +1,7 @@
 //! Writes the shop as a DynamoDB full export: `_started`, gzip data files (one empty, as AWS
 //! writes), `manifest-files.json`, `manifest-summary.json` and their `.md5` side files, with
-//! names and times drawn from the seed. Data files are written in parallel, one thread per file.
+//! names and times drawn from the seed, in DynamoDB JSON or Amazon Ion text ([`super::ion`]).
+//! Data files are written in parallel, one thread per file.
 //! Owns its own gzip and MD5 writing; never uses the pipeline's readers or writers.
 
 use std::fs::{self, File};
@@ -13,10 +14,10 @@ use flate2::{Compression, GzBuilder};
 use md5::{Digest, Md5};
 use serde::Serialize;
 
-use super::SampleError;
 use super::item::ExportLine;
 use super::rng::{Rng, TAG_EXPORT};
 use super::shop::{DAY, KINDS, Shop, T_EXPORT};
+use super::{SampleError, SampleFormat};
 
 /// What [`write`] wrote.
 pub(super) struct Written {
@@ -29,7 +30,7 @@ pub(super) struct Written {
 }
 
 /// Writes the export of `shop` under `out/AWSDynamoDB/<ExportId>/`; refuses an existing folder.
-pub(super) fn write(shop: &Shop, out: &Path) -> Result<Written, SampleError> {
+pub(super) fn write(shop: &Shop, out: &Path, format: SampleFormat) -> Result<Written, SampleError> {
     let files = shop.files();
     let export = ExportNames::new(shop.seed(), files);
 
@@ -49,7 +50,8 @@ pub(super) fn write(shop: &Shop, out: &Path) -> Result<Written, SampleError> {
             std::cmp::Ordering::Greater => Some(slot - 1),
         })
         .collect();
-    let paths: Vec<PathBuf> = export.file_names.iter().map(|name| data_dir.join(format!("{name}.json.gz"))).collect();
+    let ext = format.extension();
+    let paths: Vec<PathBuf> = export.file_names.iter().map(|name| data_dir.join(format!("{name}{ext}"))).collect();
     let mut partition_paths = vec![PathBuf::new(); files];
     for (slot, partition) in slots.iter().enumerate() {
         if let Some(p) = partition {
@@ -57,7 +59,7 @@ pub(super) fn write(shop: &Shop, out: &Path) -> Result<Written, SampleError> {
         }
     }
 
-    let stats = write_partitions(shop, &partition_paths)?;
+    let stats = write_partitions(shop, &partition_paths, format)?;
     write_file(&paths[export.empty_slot], &EMPTY_GZIP)?;
     let empty = FileStats {
         counts: [0; KINDS],
@@ -76,7 +78,7 @@ pub(super) fn write(shop: &Shop, out: &Path) -> Result<Written, SampleError> {
             item_count: s.items(),
             md5_checksum: STANDARD.encode(s.md5),
             etag: format!("{}-1", hex(&Md5::digest(s.md5))),
-            data_file_s3_key: format!("AWSDynamoDB/{}/data/{}.json.gz", export.id, export.file_names[slot]),
+            data_file_s3_key: format!("AWSDynamoDB/{}/data/{}{ext}", export.id, export.file_names[slot]),
         };
         let path = export_dir.join("manifest-files.json");
         serde_json::to_writer(&mut manifest_files, &line).map_err(|source| SampleError::Encode { path, source })?;
@@ -99,7 +101,7 @@ pub(super) fn write(shop: &Shop, out: &Path) -> Result<Written, SampleError> {
     write_file(&files_path, &manifest_files)?;
     write_file(&export_dir.join("manifest-files.md5"), STANDARD.encode(Md5::digest(&manifest_files)).as_bytes())?;
 
-    let summary = export.summary(items, raw_bytes);
+    let summary = export.summary(items, raw_bytes, format);
     let summary_path = export_dir.join("manifest-summary.json");
     let summary_bytes =
         serde_json::to_vec(&summary).map_err(|source| SampleError::Encode { path: summary_path.clone(), source })?;
@@ -158,7 +160,7 @@ impl ExportNames {
         ExportNames { id, start_ms, end_ms, table_id, file_names, empty_slot }
     }
 
-    fn summary(&self, items: u64, raw_bytes: u64) -> ManifestSummary {
+    fn summary(&self, items: u64, raw_bytes: u64, format: SampleFormat) -> ManifestSummary {
         let table_arn = format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{TABLE}");
         ManifestSummary {
             version: "2020-06-30",
@@ -175,7 +177,7 @@ impl ExportNames {
             manifest_files_s3_key: format!("AWSDynamoDB/{}/manifest-files.json", self.id),
             billed_size_bytes: raw_bytes,
             item_count: items,
-            output_format: "DYNAMODB_JSON",
+            output_format: format.output_format(),
         }
     }
 }
@@ -270,7 +272,7 @@ impl<W: Write> Write for Md5Writer<W> {
 
 /// Writes partition `i` to `paths[i]` for every `i`, on the pipeline's worker pool (one task per
 /// file, at most `available_parallelism` threads; the first failure stops the others).
-fn write_partitions(shop: &Shop, paths: &[PathBuf]) -> Result<Vec<FileStats>, SampleError> {
+fn write_partitions(shop: &Shop, paths: &[PathBuf], format: SampleFormat) -> Result<Vec<FileStats>, SampleError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let done = crate::pipeline::pool::run(
         threads,
@@ -278,7 +280,7 @@ fn write_partitions(shop: &Shop, paths: &[PathBuf]) -> Result<Vec<FileStats>, Sa
         |_| Ok(Vec::new()),
         |done: &mut Vec<(usize, FileStats)>, i, stop| {
             stop.check()?;
-            done.push((i, write_partition(shop, i, &paths[i])?));
+            done.push((i, write_partition(shop, i, &paths[i], format)?));
             Ok(())
         },
     )?;
@@ -290,19 +292,29 @@ fn write_partitions(shop: &Shop, paths: &[PathBuf]) -> Result<Vec<FileStats>, Sa
     Ok(stats.into_iter().flatten().collect())
 }
 
-fn write_partition(shop: &Shop, partition: usize, path: &Path) -> Result<FileStats, SampleError> {
+fn write_partition(shop: &Shop, partition: usize, path: &Path, format: SampleFormat) -> Result<FileStats, SampleError> {
     const CHUNK: usize = 1 << 20;
     let io_err = |source| SampleError::Write { path: path.to_owned(), source };
     let file = File::create(path).map_err(io_err)?;
     let hashing = Md5Writer { inner: BufWriter::with_capacity(CHUNK, file), md5: Md5::new(), len: 0 };
     let mut gz = GzBuilder::new().write(hashing, Compression::default());
     let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + 64 * 1024);
+    let mut ion = String::new();
     let mut counts = [0u64; KINDS];
     let mut raw_bytes = 0u64;
     shop.for_each_item(Some(partition), |kind, item| {
-        serde_json::to_writer(&mut buf, &ExportLine(item))
-            .map_err(|source| SampleError::Encode { path: path.to_owned(), source })?;
-        buf.push(b'\n');
+        match format {
+            SampleFormat::DynamodbJson => {
+                serde_json::to_writer(&mut buf, &ExportLine(item))
+                    .map_err(|source| SampleError::Encode { path: path.to_owned(), source })?;
+                buf.push(b'\n');
+            }
+            SampleFormat::Ion => {
+                ion.clear();
+                super::ion::write_line(&mut ion, item);
+                buf.extend_from_slice(ion.as_bytes());
+            }
+        }
         counts[kind as usize] += 1;
         if buf.len() >= CHUNK {
             raw_bytes += buf.len() as u64;
@@ -352,13 +364,13 @@ mod tests {
         let bad = tmp.path().join("missing/part-1.json.gz");
         let paths: Vec<PathBuf> =
             (0..4).map(|i| if i == 1 { bad.clone() } else { tmp.path().join(format!("part-{i}.json.gz")) }).collect();
-        match write_partitions(&shop, &paths) {
+        match write_partitions(&shop, &paths, SampleFormat::DynamodbJson) {
             Err(SampleError::Write { path, .. }) => assert_eq!(path, bad),
             other => panic!("expected the write error of {}, got {other:?}", bad.display()),
         }
         // With every path writable, each file is written once, in order.
         let paths: Vec<PathBuf> = (0..4).map(|i| tmp.path().join(format!("ok-{i}.json.gz"))).collect();
-        let stats = write_partitions(&shop, &paths).unwrap();
+        let stats = write_partitions(&shop, &paths, SampleFormat::DynamodbJson).unwrap();
         assert_eq!(stats.len(), 4);
         assert!(paths.iter().all(|p| p.is_file()));
     }

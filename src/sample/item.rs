@@ -35,6 +35,11 @@ pub(super) fn n(v: impl ToString) -> Av {
 pub(super) struct Item(Vec<(&'static str, Av)>);
 
 impl Item {
+    /// The attributes in insertion order.
+    pub(super) fn attrs(&self) -> &[(&'static str, Av)] {
+        &self.0
+    }
+
     pub(super) fn put(&mut self, name: &'static str, value: Av) -> &mut Self {
         self.0.push((name, value));
         self

@@ -2,8 +2,8 @@
 //!
 //! This module owns the made-up `shop` table (users, orders, order items, products, reviews), how
 //! its items spread over data files, and writing them as a DynamoDB full export in
-//! `DYNAMODB_JSON` (`_started`, manifests, `.md5` side files, gzip data files, one of them empty)
-//! and, on request, as `aws dynamodb scan` output. The same options always give the same bytes:
+//! `DYNAMODB_JSON` or `ION` (`_started`, manifests, `.md5` side files, gzip data files, one of
+//! them empty) and, on request, as `aws dynamodb scan` output. The same options always give the same bytes:
 //! every random choice comes from a seeded splitmix64 stream keyed by the entity it describes, so
 //! the data files can be written in parallel without sharing state. It never reads exports and
 //! must not depend on the pipeline modules (`pipeline`, `source`, `decode`, `normalize`, `sink`):
@@ -12,11 +12,13 @@
 //!
 //! - [`rng`]: the seeded random streams;
 //! - [`item`]: attribute values and their DynamoDB JSON;
+//! - [`ion`]: the same values as Amazon Ion text lines;
 //! - [`shop`] (with the vocabulary in [`words`]): the entity model, which draws every item;
 //! - [`export`]: the export writer, with manifests, checksums and the empty data file;
 //! - [`scan`]: the `aws dynamodb scan` output writer.
 
 mod export;
+mod ion;
 mod item;
 mod rng;
 mod scan;
@@ -44,6 +46,34 @@ pub struct SampleOptions {
     pub seed: u64,
     /// If set, also write the same items as `aws dynamodb scan` (CLI v1) output to this file.
     pub scan_json: Option<PathBuf>,
+    /// The export's `outputFormat`: DynamoDB JSON (`.json.gz`) or Amazon Ion text (`.ion.gz`).
+    pub format: SampleFormat,
+}
+
+/// The data-file format of a sample export, as DynamoDB's Export to S3 offers it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SampleFormat {
+    #[default]
+    DynamodbJson,
+    Ion,
+}
+
+impl SampleFormat {
+    /// The manifest's `outputFormat`.
+    pub fn output_format(self) -> &'static str {
+        match self {
+            SampleFormat::DynamodbJson => "DYNAMODB_JSON",
+            SampleFormat::Ion => "ION",
+        }
+    }
+
+    /// The data files' extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            SampleFormat::DynamodbJson => ".json.gz",
+            SampleFormat::Ion => ".ion.gz",
+        }
+    }
 }
 
 /// What [`generate`] wrote.
@@ -56,7 +86,7 @@ pub struct SampleSummary {
     pub items_by_type: BTreeMap<String, u64>,
     /// Data files written, the empty one included (`files + 1`).
     pub data_files: usize,
-    /// Total size of the `.json.gz` data files.
+    /// Total size of the `.json.gz` (or `.ion.gz`) data files.
     pub compressed_bytes: u64,
 }
 
@@ -107,7 +137,7 @@ pub fn generate(opts: &SampleOptions) -> Result<SampleSummary, SampleError> {
         return Err(SampleError::NoFiles);
     }
     let shop = Shop::new(opts.seed, opts.users, opts.files)?;
-    let written = export::write(&shop, &opts.out)?;
+    let written = export::write(&shop, &opts.out, opts.format)?;
     if let Some(path) = &opts.scan_json {
         scan::write(&shop, path)?;
     }

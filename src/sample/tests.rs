@@ -14,10 +14,17 @@ use serde_json::Value;
 
 use super::export::{EMPTY_GZIP, hex, iso_millis};
 use super::shop::expected_items;
-use super::{SampleError, SampleOptions, generate};
+use super::{SampleError, SampleFormat, SampleOptions, generate};
 
 fn options(out: &Path, users: u64, files: usize, scan: bool) -> SampleOptions {
-    SampleOptions { out: out.to_owned(), users, files, seed: 42, scan_json: scan.then(|| out.join("scan.json")) }
+    SampleOptions {
+        out: out.to_owned(),
+        users,
+        files,
+        seed: 42,
+        scan_json: scan.then(|| out.join("scan.json")),
+        format: SampleFormat::DynamodbJson,
+    }
 }
 
 fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -326,4 +333,31 @@ fn bad_options_are_refused() {
     let empty = manifest.lines().filter(|l| l.starts_with("{\"itemCount\":0,")).count();
     assert_eq!((manifest.lines().count(), empty), (22, 1));
     assert!(matches!(generate(&options(dir.path(), 1, 21, false)), Err(SampleError::ExportExists { .. })));
+}
+
+#[test]
+fn an_ion_sample_is_the_same_export_in_ion() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = generate(&options(&tmp.path().join("json"), 30, 3, false)).unwrap();
+    let ion = generate(&SampleOptions { format: SampleFormat::Ion, ..options(&tmp.path().join("ion"), 30, 3, false) })
+        .unwrap();
+    assert_eq!((ion.items, ion.data_files, &ion.items_by_type), (json.items, json.data_files, &json.items_by_type));
+    let files = all_files(&ion.export_dir);
+    let summary: Value = serde_json::from_slice(&files[Path::new("manifest-summary.json")]).unwrap();
+    assert_eq!(summary["outputFormat"], "ION");
+    let listed = std::str::from_utf8(&files[Path::new("manifest-files.json")]).unwrap();
+    let mut lines = 0;
+    for entry in listed.lines() {
+        let entry: Value = serde_json::from_str(entry).unwrap();
+        let key = entry["dataFileS3Key"].as_str().unwrap();
+        assert!(key.ends_with(".ion.gz"), "{key}");
+        let rel = key.split_once("/data/").map(|(_, name)| PathBuf::from("data").join(name)).unwrap();
+        let bytes = &files[&rel];
+        assert_eq!(entry["md5Checksum"], STANDARD.encode(Md5::digest(bytes)));
+        let text: Vec<String> = gunzip_lines(bytes).into_iter().filter(|l| !l.is_empty()).collect();
+        assert_eq!(entry["itemCount"].as_u64(), Some(text.len() as u64));
+        assert!(text.iter().all(|l| l.starts_with("$ion_1_0 {Item:{") && l.ends_with("}}")), "{text:?}");
+        lines += text.len() as u64;
+    }
+    assert_eq!(lines, json.items);
 }

@@ -321,7 +321,7 @@ impl Framer {
         };
         let format = file.format();
         let inner = match file.layout {
-            Layout::ExportLines => Inner::Lines(Box::new(
+            Layout::ExportLines | Layout::IonLines => Inner::Lines(Box::new(
                 LineReader::new(BufReader::with_capacity(BUFFER, decompress), max_line_bytes).skipping_blank_lines(),
             )),
             Layout::ScanOutput => {

@@ -298,7 +298,7 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
     }
     let output_format = match summary.output_format.as_deref() {
         None | Some("DYNAMODB_JSON") => "DYNAMODB_JSON".to_owned(),
-        Some("ION") => return Err(SourceError::IonNotSupported { export: export_name }),
+        Some("ION") => "ION".to_owned(),
         Some(other) => return Err(unknown("outputFormat", other, "`DYNAMODB_JSON` or `ION`")),
     };
     let summary_checksum = check_side_file(tree, summary_path, &summary_bytes)?;
@@ -351,8 +351,17 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
         let Some((input, size)) = tree.locate(&path)? else {
             return Err(SourceError::MissingDataFile { manifest: files_display.clone(), line: n, path: display });
         };
-        if display.ends_with(".ion.gz") {
-            return Err(SourceError::IonNotSupported { export: export_name });
+        // The format is the summary's; a data file named for the other one was mixed in.
+        let (layout, extension) =
+            if output_format == "ION" { (Layout::IonLines, ".ion.gz") } else { (Layout::ExportLines, ".json.gz") };
+        if Layout::from_name(&display).is_some_and(|l| l != layout) {
+            return Err(SourceError::FormatMismatch {
+                manifest: files_display.clone(),
+                line: n,
+                path: display,
+                format: output_format,
+                extension,
+            });
         }
         // AWS writes many identical empty files (the 20-byte gzip of nothing): the same bytes
         // twice are only harmless when both entries promise no items.
@@ -380,7 +389,7 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
             gzip: display.ends_with(".gz"),
             display,
             input,
-            layout: Layout::ExportLines,
+            layout,
             size,
             expected: Some(Expected { item_count: entry.item_count, md5_base64: entry.md5_checksum }),
         });

@@ -56,6 +56,22 @@ pub enum Layout {
     ExportLines,
     /// `aws dynamodb scan` output, one or more JSON documents.
     ScanOutput,
+    /// Amazon Ion text lines of `$ion_1_0 {Item:{...}}` (or change records), gzip-compressed or
+    /// not: the data files of an `ION` export.
+    IonLines,
+}
+
+impl Layout {
+    /// The layout of a data file named `name` (`.ion.gz` and `.ion` are Ion), when the name says.
+    pub fn from_name(name: &str) -> Option<Layout> {
+        if name.ends_with(".ion.gz") || name.ends_with(".ion") {
+            Some(Layout::IonLines)
+        } else if name.ends_with(".gz") {
+            Some(Layout::ExportLines)
+        } else {
+            None
+        }
+    }
 }
 
 /// What a manifest promises about one data file.
@@ -84,6 +100,7 @@ impl DataFile {
         match self.layout {
             Layout::ExportLines => Format::ExportJson,
             Layout::ScanOutput => Format::ScanItemJson,
+            Layout::IonLines => Format::ExportIon,
         }
     }
 }
@@ -148,8 +165,10 @@ pub enum SourceError {
     TotalItemCountOverflow { manifest: String },
     #[error("export `{export}` is an incremental export; incremental exports are not supported yet")]
     IncrementalNotSupported { export: String },
-    #[error("export `{export}` is in Amazon Ion format; Ion exports are not supported yet")]
-    IonNotSupported { export: String },
+    #[error(
+        "`{manifest}` line {line} lists `{path}`, but the export's `outputFormat` is `{format}`, whose data files end in `{extension}`"
+    )]
+    FormatMismatch { manifest: String, line: usize, path: String, format: String, extension: &'static str },
     #[error("`{path}` holds {count} exports ({list}); unwind one at a time")]
     SeveralExports { path: String, count: usize, list: String },
     #[error("no data files found under `{path}`")]
@@ -158,8 +177,6 @@ pub enum SourceError {
         "`{path}` holds incremental export records (`{{\"Metadata\":…,\"Keys\":…}}`); incremental exports are not supported yet"
     )]
     IncrementalData { path: String },
-    #[error("`{path}` is an Ion data file; Ion exports are not supported yet")]
-    IonData { path: String },
     #[error("`{path}` does not look like DynamoDB data: {why}")]
     UnknownContent { path: String, why: String },
     #[error("`{path}`: {source}")]
@@ -198,11 +215,11 @@ impl SourceError {
             SourceError::IncrementalNotSupported { .. } | SourceError::IncrementalData { .. } => {
                 Some("unwind the full export on its own by passing its folder `…/AWSDynamoDB/<ExportId>`".into())
             }
-            SourceError::IonNotSupported { .. } | SourceError::IonData { .. } => {
-                Some("export again with `--export-format DYNAMODB_JSON`".into())
+            SourceError::FormatMismatch { .. } => {
+                Some("the manifest or the data files were edited or mixed up; copy the export again".into())
             }
             SourceError::NoDataFiles { .. } => {
-                Some("point at an export folder (holding `AWSDynamoDB/`), a `manifest-summary.json`, or `.json.gz` / `.json` data files".into())
+                Some("point at an export folder (holding `AWSDynamoDB/`), a `manifest-summary.json`, or `.json.gz` / `.json` / `.ion.gz` / `.ion` data files".into())
             }
             SourceError::Store(e) => Some(e.hint().to_owned()),
             SourceError::Dynamo(e) => e.hint(),
@@ -360,10 +377,7 @@ fn collect_data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), SourceEr
         if ft.is_dir() {
             collect_data_files(&p, out)?;
         } else if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
-            if name.ends_with(".ion.gz") || name.ends_with(".ion") {
-                return Err(SourceError::IonData { path: p.display().to_string() });
-            }
-            let is_data = (name.ends_with(".json.gz") || name.ends_with(".gz") || name.ends_with(".json"))
+            let is_data = (name.ends_with(".gz") || name.ends_with(".json") || name.ends_with(".ion"))
                 && !name.starts_with("manifest-");
             if is_data {
                 out.push(p);
@@ -376,12 +390,12 @@ fn collect_data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), SourceEr
 fn data_file(path: &Path, display: String) -> Result<DataFile, SourceError> {
     let size = std::fs::metadata(path).map_err(io_err(path))?.len();
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    if name.ends_with(".ion.gz") || name.ends_with(".ion") {
-        return Err(SourceError::IonData { path: display });
-    }
     let gzip = name.ends_with(".gz");
-    // Uncompressed files may be export lines or scan output; gzip files are export data.
-    let layout = if gzip { Layout::ExportLines } else { sniff_layout(path, &display)? };
+    // Uncompressed JSON files may be export lines or scan output; gzip files are export data.
+    let layout = match Layout::from_name(&name) {
+        Some(layout) => layout,
+        None => sniff_layout(path, &display)?,
+    };
     Ok(DataFile { input: Input::Path(path.to_owned()), display, gzip, layout, size, expected: None })
 }
 

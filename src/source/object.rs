@@ -210,10 +210,7 @@ pub fn resolve_object(url: &ObjectUrl, aws: &AwsOptions, plan: &mut Plan) -> Res
     for m in &objects {
         let k = m.location.to_string();
         let name = tree.file_name(&k);
-        if name.ends_with(".ion.gz") || name.ends_with(".ion") {
-            return Err(SourceError::IonData { path: tree.display(&k) });
-        }
-        if (name.ends_with(".json.gz") || name.ends_with(".gz") || name.ends_with(".json"))
+        if (name.ends_with(".gz") || name.ends_with(".json") || name.ends_with(".ion"))
             && !name.starts_with("manifest-")
         {
             found.push((k, m.size));
@@ -233,11 +230,10 @@ fn object_file(tree: &ObjTree, key: &str, size: u64) -> Result<DataFile, SourceE
     let key = key.to_owned();
     let display = tree.display(&key);
     let name = tree.file_name(&key);
-    if name.ends_with(".ion.gz") || name.ends_with(".ion") {
-        return Err(SourceError::IonData { path: display });
-    }
     let gzip = name.ends_with(".gz");
-    let layout = if gzip || size == 0 {
+    let layout = if let Some(layout) = Layout::from_name(&name) {
+        layout
+    } else if size == 0 {
         Layout::ExportLines
     } else {
         let p = ObjPath::from(key.as_str());
@@ -370,6 +366,7 @@ mod tests {
             files: 2,
             seed: 3,
             scan_json: None,
+            format: crate::sample::SampleFormat::DynamodbJson,
         })
         .unwrap();
         let id = s.export_dir.file_name().unwrap().to_string_lossy().into_owned();

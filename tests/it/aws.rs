@@ -179,7 +179,7 @@ fn shop_bucket(m: &Moto) -> &'static str {
 }
 
 /// A table holding every item of the sample export, with point-in-time recovery on, once.
-fn shop_table(m: &Moto) -> &'static str {
+pub(crate) fn shop_table(m: &Moto) -> &'static str {
     static TABLE: OnceLock<String> = OnceLock::new();
     TABLE.get_or_init(|| {
         let table = unique("shop");
@@ -235,7 +235,7 @@ fn schema_text(dir: &Path) -> BTreeMap<String, String> {
 
 /// The same set of tables, and per table the same columns (names, types, metadata) and the same
 /// multiset of rows (order may differ between sources). `_etl/run.json` may differ.
-fn assert_same_tables(want: &Path, got: &Path, what: &str) {
+pub(crate) fn assert_same_tables(want: &Path, got: &Path, what: &str) {
     assert_eq!(table_names(got), table_names(want), "{what}: table names");
     for t in table_names(want) {
         assert_eq!(schema_text(&got.join(&t)), schema_text(&want.join(&t)), "{what}: schema of {t}");

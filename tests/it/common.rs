@@ -97,12 +97,19 @@ pub fn md5_b64(bytes: &[u8]) -> String {
 /// already gzipped or not), manifests with correct checksums and counts, `.md5` side files.
 /// Returns the export folder `dir/AWSDynamoDB/<id>`.
 pub fn write_export(dir: &Path, files: &[Vec<u8>], counts: &[u64]) -> PathBuf {
+    write_export_as(dir, files, counts, "DYNAMODB_JSON")
+}
+
+/// [`write_export`] with the summary's `outputFormat` `format` (`DYNAMODB_JSON` or `ION`) and
+/// data files named for it (`.json.gz` or `.ion.gz`).
+pub fn write_export_as(dir: &Path, files: &[Vec<u8>], counts: &[u64], format: &str) -> PathBuf {
     let id = "01790000000000-0a1b2c3d";
+    let ext = if format == "ION" { "ion.gz" } else { "json.gz" };
     let export = dir.join("AWSDynamoDB").join(id);
     std::fs::create_dir_all(export.join("data")).unwrap();
     let mut manifest = String::new();
     for (i, bytes) in files.iter().enumerate() {
-        let key = format!("AWSDynamoDB/{id}/data/file{i:02}abcdefghijklmnopqrs.json.gz");
+        let key = format!("AWSDynamoDB/{id}/data/file{i:02}abcdefghijklmnopqrs.{ext}");
         std::fs::write(dir.join(&key), bytes).unwrap();
         manifest.push_str(
             &json!({"itemCount": counts[i], "md5Checksum": md5_b64(bytes), "etag": "0-1", "dataFileS3Key": key})
@@ -117,7 +124,7 @@ pub fn write_export(dir: &Path, files: &[Vec<u8>], counts: &[u64]) -> PathBuf {
         "startTime": "2026-09-01T08:00:00.000Z", "endTime": "2026-09-01T08:06:12.345Z", "tableArn": "arn:aws:dynamodb:eu-west-1:111122223333:table/t",
         "tableId": "00000000-1111-2222-3333-444444444444", "exportTime": "2026-09-01T08:00:00.000Z", "s3Bucket": "b", "s3Prefix": null,
         "s3SseAlgorithm": "AES256", "s3SseKmsKeyId": null, "manifestFilesS3Key": format!("AWSDynamoDB/{id}/manifest-files.json"),
-        "billedSizeBytes": 0, "itemCount": counts.iter().sum::<u64>(), "outputFormat": "DYNAMODB_JSON"
+        "billedSizeBytes": 0, "itemCount": counts.iter().sum::<u64>(), "outputFormat": format
     })
     .to_string();
     std::fs::write(export.join("manifest-summary.json"), &summary).unwrap();

@@ -11,6 +11,7 @@ mod fault;
 mod fuzz;
 mod import;
 mod interop;
+mod ion;
 mod json_conformance;
 mod mapping;
 mod output;
