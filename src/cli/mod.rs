@@ -182,6 +182,9 @@ pub fn main() -> ExitCode {
     };
     init_tracing(cli.verbose);
     let printer = Printer::new(cli.quiet);
+    if let Some(status) = check_profile(&cli.command, &printer) {
+        return status.into();
+    }
     let status = match cli.command {
         Command::Unwind(args) => unwind(args, &printer),
         Command::Sql(args) => sql::sql(args, &printer),
@@ -190,6 +193,31 @@ pub fn main() -> ExitCode {
         Command::Sample(args) => sample(args, &printer),
     };
     status.into()
+}
+
+/// The command's `--profile`, if it names one no shared file defines: the error, printed, and
+/// exit status 2 (before anything runs, so no other credentials are used instead).
+fn check_profile(command: &Command, printer: &Printer) -> Option<ExitStatus> {
+    let aws = match command {
+        Command::Unwind(a) => &a.aws,
+        Command::Sql(a) => &a.aws,
+        Command::Export(export::ExportCommand::Start(a)) => &a.aws,
+        Command::Export(export::ExportCommand::List(a)) => &a.aws,
+        Command::Mapping(mapping::MappingCommand::Infer(a)) => &a.aws,
+        Command::Mapping(mapping::MappingCommand::Check(a)) => &a.aws,
+        Command::Mapping(mapping::MappingCommand::Import(_)) | Command::Sample(_) => return None,
+    };
+    aws.profile.as_ref()?;
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            printer.error(&format!("cannot start the async runtime: {e}"), None);
+            return Some(ExitStatus::Error);
+        }
+    };
+    let e = runtime.block_on(aws.options().check_profile()).err()?;
+    printer.error(&e.to_string(), e.hint().as_deref());
+    Some(ExitStatus::Error)
 }
 
 /// Reports a write to stdout that failed for another reason than a closed pipe (which is success).

@@ -4,7 +4,10 @@
 //! they all see the same units and the same problems: the MD5 of the stored (compressed) bytes,
 //! multi-member gzip, line splitting with a cap on line length that never holds an over-long
 //! line in memory, blank lines skipped, and a damaged or truncated file turned into one last
-//! [`Frame::Corrupt`] instead of an abort. Scan output (`aws dynamodb scan` documents) is framed
+//! [`Frame::Corrupt`] instead of an abort. An object store that fails a read after its retries
+//! is not a damaged file: the frames end and [`Framer::finish`] returns the store's error, so
+//! the run fails (exit 2; a vanished listed object is an integrity failure, exit 1) instead of
+//! publishing what was read with the file counted as corrupt. Scan output (`aws dynamodb scan` documents) is framed
 //! into one unit per item, at the item's line.
 
 use std::io::{self, BufRead, BufReader, Read};
@@ -293,6 +296,10 @@ pub struct Framer {
     units: u64,
     done: bool,
     corrupt: bool,
+    /// The object store's error that ended the frames ([`store_failure`]).
+    failed: Option<SourceError>,
+    /// Whether a manifest lists the file (a vanished object is then an integrity failure).
+    listed: bool,
 }
 
 /// Reader buffer size: large enough that most lines are handed out without a copy.
@@ -358,7 +365,15 @@ impl Framer {
                 Inner::Scan { text, units, next: 0, digest }
             }
         };
-        Ok(Framer { inner, format, units: 0, done: false, corrupt: false })
+        Ok(Framer {
+            inner,
+            format,
+            units: 0,
+            done: false,
+            corrupt: false,
+            failed: None,
+            listed: file.expected.is_some(),
+        })
     }
 
     /// The wire format of this file's units.
@@ -391,8 +406,15 @@ impl Framer {
                     Some(Frame::TooLong { prefix, len, line: number, offset })
                 }
                 Some(RawLine::Failed { error, partial, number, offset }) => {
-                    self.units += 1;
                     self.done = true;
+                    let error = match store_failure(error) {
+                        Ok(failed) => {
+                            self.failed = Some(failed);
+                            return None;
+                        }
+                        Err(error) => error,
+                    };
+                    self.units += 1;
                     self.corrupt = true;
                     Some(Frame::Corrupt { partial, line: number, offset, error: error.to_string() })
                 }
@@ -405,7 +427,15 @@ impl Framer {
     }
 
     /// Reads what is left of the file (so the MD5 covers all of it) and says what was read.
+    /// Fails with the object store's error when a read failed after the store's retries.
     pub fn finish(self, display: &str) -> Result<FileDigest, SourceError> {
+        match self.failed {
+            Some(SourceError::NotFound { .. }) if self.listed => {
+                return Err(SourceError::VanishedDataFile { path: display.to_owned() });
+            }
+            Some(e) => return Err(e),
+            None => {}
+        }
         match self.inner {
             Inner::Scan { mut digest, .. } => {
                 digest.units = self.units;
@@ -420,6 +450,20 @@ impl Framer {
                 Ok(FileDigest { md5_base64, bytes, lines, units: self.units, warnings: Vec::new() })
             }
         }
+    }
+}
+
+/// The [`SourceError`] an object-store read failed with (carried inside the `io::Error` that
+/// [`super::object::ObjectReader`] returns), or the error back when the bytes themselves are bad.
+fn store_failure(error: io::Error) -> Result<SourceError, io::Error> {
+    if !error.get_ref().is_some_and(|e| e.is::<SourceError>()) {
+        return Err(error);
+    }
+    match error.into_inner().map(|e| e.downcast::<SourceError>()) {
+        Some(Ok(e)) => Ok(*e),
+        // Unreachable after the check above; keep the error as a corrupt frame then.
+        Some(Err(e)) => Err(io::Error::other(e)),
+        None => Err(io::Error::other("read failed")),
     }
 }
 
@@ -491,5 +535,57 @@ mod tests {
         assert!(e.is_integrity());
         let e = Framer::open(&file(None), 1024, Arc::default()).err().expect("no file to open");
         assert!(matches!(&e, SourceError::Io { .. }) && !e.is_integrity(), "{e}");
+    }
+
+    /// Gzip bytes, then a read that fails as an object store's does after its retries.
+    struct FailingStore {
+        head: Vec<u8>,
+        error: Option<SourceError>,
+    }
+
+    impl Read for FailingStore {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if !self.head.is_empty() {
+                let n = buf.len().min(self.head.len());
+                buf[..n].copy_from_slice(&self.head[..n]);
+                self.head.drain(..n);
+                return Ok(n);
+            }
+            match self.error.take() {
+                Some(e) => Err(io::Error::other(e)),
+                None => Ok(0),
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_store_read_is_the_stores_error_not_a_corrupt_file() {
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(b"{\"Item\":{}}\n".repeat(1000).as_slice()).unwrap();
+        let bytes = gz.finish().unwrap();
+        let failing = |error| FailingStore { head: bytes[..bytes.len() / 2].to_vec(), error: Some(error) };
+
+        // Through gzip and the line reader, the store's error arrives whole and is recognised.
+        let store = SourceError::NotFound { path: "s3://b/k.json.gz".into() };
+        let mut reader = LineReader::new(BufReader::new(MultiGzDecoder::new(failing(store))), 1024);
+        let error = loop {
+            match reader.next_line().expect("a failure before the end") {
+                RawLine::Failed { error, .. } => break error,
+                RawLine::Complete { .. } | RawLine::TooLong { .. } => {}
+            }
+        };
+        assert!(matches!(store_failure(error), Ok(SourceError::NotFound { .. })));
+
+        // Bytes cut short (no store error: the file ends) are a corrupt file, as before.
+        let mut reader = LineReader::new(BufReader::new(MultiGzDecoder::new(&bytes[..bytes.len() / 2])), 1024);
+        let error = loop {
+            match reader.next_line().expect("a failure before the end") {
+                RawLine::Failed { error, .. } => break error,
+                RawLine::Complete { .. } | RawLine::TooLong { .. } => {}
+            }
+        };
+        assert!(store_failure(error).is_err());
+        assert!(store_failure(io::Error::new(io::ErrorKind::InvalidData, "bad gzip")).is_err());
     }
 }
