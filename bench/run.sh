@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Times `etl unwind` against DuckDB and against the parse floor on a generated export.
-# See bench/README.md for the targets and every knob.
+# Times `etl unwind` (with and without a mapping) against DuckDB and against the parse floor on
+# a generated export. See bench/README.md for the targets and every knob.
 #
-#   bench/run.sh [ITEMS]                  compare etl, DuckDB and the floor (default 2000000 items)
+#   bench/run.sh [ITEMS]                  compare etl, etl --mapping, DuckDB and the floor (default 2000000 items)
 #   bench/run.sh --scaling [SMALL LARGE]  etl alone on SMALL and LARGE exports (default 1M and 4M):
-#                                         peak RSS growth
+#                                         peak RSS growth and time per item
 set -euo pipefail
 export LC_ALL=C
 
@@ -19,6 +19,7 @@ DUCKDB_VERSION="${DUCKDB_VERSION:-1.5.6}"
 FILES="${BENCH_FILES:-8}"
 SEED="${BENCH_SEED:-1}"
 RUNS="${BENCH_RUNS:-5}"
+MAPPING="${BENCH_MAPPING:-$ROOT/mappings/ecommerce.toml}"
 
 usage() {
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
@@ -29,7 +30,8 @@ BENCH_DIR (work folder; default a new temporary one, removed at the end unless B
 BENCH_FILES (data files, default 8), BENCH_SEED (default 1), BENCH_RUNS (runs per tool, default
 5: median, min and max reported), BENCH_STRICT=1 (exit 1 when a target is missed),
 BENCH_NO_BUILD=1 (skip the build), ETL_BIN / FLOOR_BIN (binaries to time instead of the ones in
-CARGO_TARGET_DIR). Every etl run's output is checked (bench/verify.py) before a figure is
+CARGO_TARGET_DIR), BENCH_MAPPING (the mapped run's mapping, default mappings/ecommerce.toml;
+`none` skips the mapped run). Every etl run's output is checked (bench/verify.py) before a figure is
 reported: a binary that does not do the job fails the bench.
 EOF
 }
@@ -109,16 +111,17 @@ generate() {
     cat "$EXPORT_DIR"/data/*.json.gz >/dev/null
 }
 
-declare -A WALLS RSS INPROC
+declare -A WALLS RSS INPROC CORES
 
 # measure NAME VERIFY CMD...: runs CMD $RUNS times under GNU time, each into a fresh
 # $WORK/NAME-out; after each run, VERIFY (a shell command, or `-`) must succeed or the bench
-# stops. Keeps every wall in WALLS[NAME] (seconds, space-separated), the highest peak RSS in
-# RSS[NAME] (KiB), and for DuckDB its in-process time (the `total:` line) in INPROC[NAME].
+# stops. Keeps every wall in WALLS[NAME] (seconds, space-separated), the cores used (user + sys
+# CPU seconds / wall) in CORES[NAME], the highest peak RSS in RSS[NAME] (KiB), and for DuckDB its
+# in-process time (the `total:` line) in INPROC[NAME].
 measure() {
     local name="$1" verify="$2"
     shift 2
-    local run start end wall rss inproc
+    local run start end wall rss inproc cpu
     for ((run = 1; run <= RUNS; run++)); do
         log "running $name ($run/$RUNS)"
         rm -rf "$WORK/$name-out"
@@ -135,6 +138,8 @@ measure() {
         fi
         wall="$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')"
         WALLS[$name]="${WALLS[$name]:-} $wall"
+        cpu="$(awk -F': ' '/User time \(seconds\)|System time \(seconds\)/ { s += $2 } END { print s + 0 }' "$WORK/$name.time")"
+        CORES[$name]="${CORES[$name]:-} $(awk -v c="$cpu" -v w="$wall" 'BEGIN { printf "%.2f", c / w }')"
         rss="$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$WORK/$name.time")"
         if [ -z "${RSS[$name]:-}" ] || [ "$rss" -gt "${RSS[$name]}" ]; then
             RSS[$name]="$rss"
@@ -182,17 +187,23 @@ finish() {
     fi
 }
 
-row() { # row LABEL NAME ITEMS: median wall (min-max), peak RSS, items/s at the median
+row() { # row LABEL NAME ITEMS: median wall (min-max), cores used (median), peak RSS, items/s and
+    # microseconds per item at the median
     local w
     w="$(median "$2")"
-    printf '| %s | %.2f (%.2f-%.2f) | %s | %s |\n' "$1" "$w" "$(stat min "${WALLS[$2]}")" \
-        "$(stat max "${WALLS[$2]}")" "$(mib "${RSS[$2]}")" "$(rate "$3" "$w")"
+    printf '| %s | %.2f (%.2f-%.2f) | %.2f | %s | %s | %.2f |\n' "$1" "$w" "$(stat min "${WALLS[$2]}")" \
+        "$(stat max "${WALLS[$2]}")" "$(stat median "${CORES[$2]}")" "$(mib "${RSS[$2]}")" "$(rate "$3" "$w")" \
+        "$(awk -v n="$3" -v s="$w" 'BEGIN { printf "%.2f", s * 1e6 / n }')"
 }
+HEADER='| tool | wall s, median (min-max) | cores used | peak RSS MiB | items/s | µs/item |'
+RULE='|---|---:|---:|---:|---:|---:|'
+
 
 # The check of one etl output: bench/verify.py against the manifest (and DuckDB's output, when given).
-verify_etl() { # verify_etl OUT [DUCKDB_OUT]
+verify_etl() { # verify_etl OUT [DUCKDB_OUT [--mapped]]
     local duck=()
     [ -n "${2:-}" ] && duck=(--duckdb "$2")
+    [ -n "${3:-}" ] && duck+=("$3")
     "$VENV/bin/python" "$ROOT/bench/verify.py" --etl "$1" "${duck[@]}" \
         --summary "$EXPORT_DIR/manifest-summary.json"
 }
@@ -212,6 +223,10 @@ if [ "$mode" = compare ]; then
     # Kept aside: measure() clears NAME-out before each run.
     rm -rf "$WORK/duckdb-ref" && mv "$WORK/duckdb-out" "$WORK/duckdb-ref"
     measure etl "verify_etl '$WORK/etl-out' '$WORK/duckdb-ref'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-out" -q
+    if [ "$MAPPING" != none ]; then
+        measure etl-mapped "verify_etl '$WORK/etl-mapped-out' '$WORK/duckdb-ref' --mapped" \
+            "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-mapped-out" -q --mapping "$MAPPING"
+    fi
     measure floor - "$FLOOR" "$EXPORT_DIR"/data/*.json.gz
     floor_lines="$(grep -o 'lines=[0-9]*' "$WORK/floor.log" | cut -d= -f2)"
     if [ "$floor_lines" != "$ITEM_COUNT" ]; then
@@ -224,13 +239,16 @@ if [ "$mode" = compare ]; then
     echo
     echo "## etl unwind vs DuckDB $DUCKDB_VERSION: $ITEM_COUNT items, $FILES+1 data files, $cores cores, $RUNS runs each"
     echo
-    echo "| tool | wall s, median (min-max) | peak RSS MiB | items/s |"
-    echo "|---|---:|---:|---:|"
+    echo "$HEADER"
+    echo "$RULE"
     row "etl unwind (checked: bench/verify.py)" etl "$ITEM_COUNT"
+    if [ "$MAPPING" != none ]; then
+        row "etl unwind --mapping $(basename "$MAPPING") (checked)" etl-mapped "$ITEM_COUNT"
+    fi
     row "duckdb $DUCKDB_VERSION, process" duckdb "$ITEM_COUNT"
-    printf '| duckdb %s, in-process (no Python start-up) | %.2f (%.2f-%.2f) | | %s |\n' "$DUCKDB_VERSION" \
+    printf '| duckdb %s, in-process (no Python start-up) | %.2f (%.2f-%.2f) | | | %s | %.2f |\n' "$DUCKDB_VERSION" \
         "$duck_inproc" "$(stat min "${INPROC[duckdb]}")" "$(stat max "${INPROC[duckdb]}")" \
-        "$(rate "$ITEM_COUNT" "$duck_inproc")"
+        "$(rate "$ITEM_COUNT" "$duck_inproc")" "$(awk -v n="$ITEM_COUNT" -v s="$duck_inproc" 'BEGIN { printf "%.2f", s * 1e6 / n }')"
     row "floor (gunzip + parse)" floor "$ITEM_COUNT"
     echo
     # etl's whole process against DuckDB's in-process time: start-up is charged to etl only.
@@ -238,10 +256,22 @@ if [ "$mode" = compare ]; then
     floor_ratio="$(ratio "$(median floor)" "$(median etl)")"
     echo "- etl wall / duckdb in-process wall (medians): $wall_ratio"
     echo "- etl throughput / floor throughput (medians): $floor_ratio"
+    if [ "$MAPPING" != none ]; then
+        mapped_ratio="$(ratio "$(median etl-mapped)" "$duck_inproc")"
+        mapped_vs="$(ratio "$(median etl-mapped)" "$(median etl)")"
+        echo "- etl --mapping wall / duckdb in-process wall (medians): $mapped_ratio"
+        echo "- etl --mapping wall / etl wall (medians): $mapped_vs"
+    fi
     echo
     check "etl wall / duckdb wall" "$wall_ratio" "<=" 0.33
     check "etl throughput / floor throughput" "$floor_ratio" ">=" 0.50
+    check "etl cores used (median)" "$(stat median "${CORES[etl]}")" ">=" "$(awk -v n="$cores" 'BEGIN { print (n >= 2 ? 1.8 : 0.9 * n) }')"
     check "etl peak RSS MiB" "$(mib "${RSS[etl]}")" "<" 1024
+    if [ "$MAPPING" != none ]; then
+        check "etl --mapping wall / duckdb wall" "$mapped_ratio" "<=" 0.33
+        check "etl --mapping wall / etl wall" "$mapped_vs" "<=" 1.00
+        check "etl --mapping peak RSS MiB" "$(mib "${RSS[etl-mapped]}")" "<" 1024
+    fi
     finish
 else
     generate "$small" export-small
@@ -252,15 +282,18 @@ else
     measure etl-large "verify_etl '$WORK/etl-large-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-large-out" -q
 
     echo
-    echo "## etl unwind peak RSS scaling ($FILES+1 data files, $(nproc) cores)"
+    echo "## etl unwind scaling ($FILES+1 data files, $(nproc) cores, $RUNS runs each)"
     echo
-    echo "| items | wall s | peak RSS MiB | items/s |"
-    echo "|---:|---:|---:|---:|"
+    echo "| items | wall s, median (min-max) | cores used | peak RSS MiB | items/s | µs/item |"
+    echo "|---:|---:|---:|---:|---:|---:|"
     row "$small_count" etl-small "$small_count"
     row "$large_count" etl-large "$large_count"
     echo
     growth="$(awk -v a="${RSS[etl-small]}" -v b="${RSS[etl-large]}" 'BEGIN { printf "%.1f", (b / a - 1) * 100 }')"
+    per_item="$(awk -v a="$(median etl-small)" -v n="$small_count" -v b="$(median etl-large)" -v m="$large_count" \
+        'BEGIN { printf "%.1f", ((b / m) / (a / n) - 1) * 100 }')"
     echo "- peak RSS growth: $growth%"
+    echo "- time per item growth: $per_item% (0 is linear scaling)"
     echo
     check "peak RSS growth %" "$growth" "<" 20
     check "etl peak RSS MiB at $large_count items" "$(mib "${RSS[etl-large]}")" "<" 1024
