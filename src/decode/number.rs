@@ -65,6 +65,13 @@ impl<'a> Number<'a> {
         Number { text: Cow::Borrowed(text) }
     }
 
+    /// Owns text that is known to be canonical (an integer's `to_string()`), without the copy
+    /// `from_canonical(..).into_owned()` makes.
+    pub fn from_canonical_owned(text: String) -> Number<'static> {
+        debug_assert!(is_canonical(&text), "not canonical: {text}");
+        Number { text: Cow::Owned(text) }
+    }
+
     pub fn as_str(&self) -> &str {
         &self.text
     }

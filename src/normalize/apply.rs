@@ -10,7 +10,6 @@
 //! leaves a null. A missing required value always rejects the item.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
@@ -109,7 +108,8 @@ pub fn route<'i>(m: &Mapping, item: &'i Item<'_>) -> Route<'i> {
 
 /// Applies `m` to `item`. `Err` means the item goes to the rejects table.
 pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) -> Result<Applied<'a>, Failure> {
-    let mut out = Applied::default();
+    // Room for every column and `_extra`: the row never reallocates.
+    let mut out = Applied { row: Vec::with_capacity(m.columns.len() + 1), ..Applied::default() };
     let policy = m.on_error;
     let fail = |f: Failure, out: &mut Applied<'a>| -> Result<(), Failure> {
         match policy {
@@ -123,7 +123,10 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
     let get = |name: &str| item.iter().find(|(k, _)| k == name).map(|(_, v)| v);
 
     // Keys: every placeholder's value, from the first key attribute that has it.
-    let mut captured: BTreeMap<&str, (KeyValue, &str)> = BTreeMap::new();
+    // `(placeholder, (value, key attribute))`, first capture of each name only: a handful of
+    // entries, so a list searched in place costs less than a map built and dropped per item.
+    let mut captured: Vec<(&str, (KeyValue, &str))> =
+        Vec::with_capacity(m.keys.iter().map(|k| k.template.placeholders().len()).sum());
     for k in &m.keys {
         let Some(v) = get(&k.attribute) else { continue }; // sparse index keys may be absent
         let text = match v {
@@ -149,7 +152,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
             Ok(values) => {
                 for (p, v) in k.template.placeholders().iter().zip(values) {
                     let Some(v) = v else { continue };
-                    match captured.get(p.name.as_str()) {
+                    match captured_value(&captured, &p.name) {
                         Some((prev, from)) if *prev != v => {
                             let f = Failure {
                                 kind: FailureKind::KeyConflict,
@@ -167,7 +170,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                         }
                         Some(_) => {}
                         None => {
-                            captured.insert(p.name.as_str(), (v, k.attribute.as_str()));
+                            captured.push((p.name.as_str(), (v, k.attribute.as_str())));
                         }
                     }
                 }
@@ -197,7 +200,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                 },
             },
             ColumnSource::Key { placeholder, copy, .. } => {
-                let from_key = match captured.get(placeholder.as_str()) {
+                let from_key = match captured_value(&captured, placeholder) {
                     Some((kv, from)) => match key_value(kv, &c.ty) {
                         Ok(v) => Some(v),
                         Err(expected) => {
@@ -222,7 +225,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                 let attr = get(copy).filter(|v| !matches!(v, Value::Null));
                 // A case-folded key (`lower`/`upper`) holds a folded copy: the attribute keeps the
                 // real case, so it must fold to the key's text and gives the column its value.
-                let folded = match captured.get(placeholder.as_str()) {
+                let folded = match captured_value(&captured, placeholder) {
                     Some((KeyValue::Folded { case, text }, _)) => Some((*case, text.as_str())),
                     _ => None,
                 };
@@ -300,11 +303,11 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                 continue;
             }
         };
+        out.children.reserve(elements.len());
         for (i, e) in elements.iter().enumerate() {
-            let path = format!("{}[{i}]", child.source);
             // Failures that reach here reject the item: `child_row` applied the policies.
             let parent = std::mem::take(&mut out.row);
-            let row = child_row(m, child, &parent, e, i, &path, &mut out);
+            let row = child_row(m, child, &parent, e, i, &mut out);
             out.row = parent;
             out.children.push((ci, row?));
         }
@@ -325,6 +328,11 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
     }
     push_extra(&mut out.row, &extra);
     Ok(out)
+}
+
+/// The value captured for placeholder `name`, with the key attribute it came from.
+fn captured_value<'c, 'm>(captured: &'c [(&str, (KeyValue, &'m str))], name: &str) -> Option<&'c (KeyValue, &'m str)> {
+    captured.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
 }
 
 /// Whether the entity consumes the attribute: the per-item, allocation-free form of
@@ -348,24 +356,22 @@ fn child_row<'a>(
     parent: &Item<'a>,
     element: &Value<'a>,
     index: usize,
-    path: &str,
     out: &mut Applied<'a>,
 ) -> Result<Item<'a>, Failure> {
+    // The element's path (`lines[2]`), for messages only: built when one is written.
+    let path = || format!("{}[{index}]", child.source);
     let mut row: Item<'a> = Vec::with_capacity(child.parent_columns.len() + 2 + child.columns.len());
     for p in &child.parent_columns {
         if let Some((_, v)) = parent.iter().find(|(k, _)| k == p.as_str()) {
             row.push((Cow::Borrowed(p.as_str()), v.clone()));
         }
     }
-    row.push((
-        Cow::Borrowed(child.position.as_str()),
-        Value::N(Number::from_canonical(&index.to_string()).into_owned()),
-    ));
+    row.push((Cow::Borrowed(child.position.as_str()), number(index.to_string())));
     let no_fields = Vec::new();
     let fields = match element {
         Value::M(fields) => fields,
         other => {
-            let f = coercion_failure(&m.name, path, other, "a map (`M`)");
+            let f = coercion_failure(&m.name, &path(), other, "a map (`M`)");
             match m.on_error {
                 ErrorPolicy::Reject => return Err(f),
                 ErrorPolicy::Null => {
@@ -386,7 +392,7 @@ fn child_row<'a>(
             Some(v) => match coerce(v, &c.ty) {
                 Ok(v) => Some(v),
                 Err(expected) => {
-                    let f = coercion_failure(&m.name, &format!("{path}.{name}"), v, &expected);
+                    let f = coercion_failure(&m.name, &format!("{}.{name}", path()), v, &expected);
                     match m.on_error {
                         ErrorPolicy::Reject => return Err(f),
                         ErrorPolicy::Null => {
@@ -403,7 +409,7 @@ fn child_row<'a>(
             None if c.required => {
                 return Err(Failure {
                     kind: FailureKind::Required,
-                    attribute: format!("{path}.{name}"),
+                    attribute: format!("{}.{name}", path()),
                     message: format!(
                         "entity `{}`: required column `{}` of `{}` has no value",
                         m.name, c.name, child.table
@@ -421,10 +427,12 @@ fn child_row<'a>(
         out.unmapped.push(format!("{}[].{k}", child.source));
         keep_unmapped(m.unmapped, k, v, &mut extra, || Failure {
             kind: FailureKind::Unmapped,
-            attribute: format!("{path}.{k}"),
+            attribute: format!("{}.{k}", path()),
             message: format!(
-                "entity `{}`: field `{k}` of `{path}` has no column in `{}` (`unmapped = \"reject\"`)",
-                m.name, child.table
+                "entity `{}`: field `{k}` of `{}` has no column in `{}` (`unmapped = \"reject\"`)",
+                m.name,
+                path(),
+                child.table
             ),
         })?;
     }
@@ -501,7 +509,7 @@ fn key_value_text(v: &KeyValue) -> String {
 }
 
 fn number(text: String) -> Value<'static> {
-    Value::N(Number::from_canonical(&text).into_owned())
+    Value::N(Number::from_canonical_owned(text))
 }
 
 fn per_second(u: TimeUnit) -> i64 {
