@@ -21,3 +21,4 @@ mod shapes;
 mod sql;
 mod tampered;
 mod types;
+mod unmapped;
