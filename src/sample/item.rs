@@ -7,7 +7,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
-/// One DynamoDB AttributeValue; numbers are already in canonical form.
+/// One DynamoDB AttributeValue. Numbers are written as given: canonical (from [`n`] and [`fixed`])
+/// except where the shop spells one otherwise on purpose (exponent form, trailing zeros).
 #[derive(Debug, Clone)]
 pub(super) enum Av {
     S(String),

@@ -101,6 +101,8 @@ struct OrderPlan {
 
 #[derive(Debug, Clone)]
 struct LinePlan {
+    /// The product the plan stream drew; [`Shop::orderable`] makes it `product`.
+    drawn: usize,
     product: usize,
     qty: u64,
     reviews: Range<usize>,
@@ -206,6 +208,21 @@ impl Shop {
         format!("SKU-{:0w$}", p + 1, w = self.sku_width)
     }
 
+    /// The catalog's last product is never ordered (so "products never ordered" has an answer).
+    /// A draw of it, or of a product an earlier line took that way, becomes the next product not
+    /// on the order, found without drawing again: every random stream, and so every count, stays
+    /// what it was before this rule.
+    fn orderable(&self, drawn: usize, on_order: &[LinePlan]) -> usize {
+        let len = self.products.len();
+        let never = len - 1;
+        let free = |p: usize| p != never && on_order.iter().all(|l| l.product != p);
+        if free(drawn) {
+            return drawn;
+        }
+        // An order has at most 3 lines and the catalog at least 20 products: one is free.
+        (1..len).map(|i| (drawn + i) % len).find(|&p| free(p)).unwrap_or(0)
+    }
+
     fn user_partition(&self, u: u64, pk: &str) -> usize {
         let pinned = self.products.len() as u64 + u;
         if pinned < self.files as u64 { pinned as usize } else { partition_hash(pk, self.files) }
@@ -235,12 +252,13 @@ impl Shop {
             let first_line = plan.lines.len();
             let n_lines = r.range(1, 4);
             for line_no in 0..n_lines {
-                let product = loop {
+                let drawn = loop {
                     let p = r.below(n_products) as usize;
-                    if !plan.lines[first_line..].iter().any(|l| l.product == p) {
+                    if !plan.lines[first_line..].iter().any(|l| l.drawn == p) {
                         break p;
                     }
                 };
+                let product = self.orderable(drawn, &plan.lines[first_line..]);
                 let qty = match r.below(10) {
                     0..=5 => 1,
                     6 | 7 => 2,
@@ -262,7 +280,7 @@ impl Shop {
                     }
                     plan.reviews.push(ReviewPlan { product, ts: t, id: seq * 16 + line_no * 4 + k });
                 }
-                plan.lines.push(LinePlan { product, qty, reviews: first_review..plan.reviews.len() });
+                plan.lines.push(LinePlan { drawn, product, qty, reviews: first_review..plan.reviews.len() });
             }
             let defect = if r.chance(1) {
                 let cents = r.range(1, 9) as i64;
@@ -368,6 +386,10 @@ impl Shop {
             r.below(100_000).to_string()
         };
         it.put("lifetime_points", Av::N(points));
+        // Store credit in euros; negative (owed) for about a third of users.
+        let credit = r.range(0, 15_000) as i64 - 5_000;
+        let sign = if credit < 0 { "-" } else { "" };
+        it.put("credit_balance", Av::N(format!("{sign}{}", fixed(credit.unsigned_abs(), 2))));
         it
     }
 
@@ -422,6 +444,8 @@ impl Shop {
             .collect();
         it.put("lines", Av::L(embedded));
         it.put("gift", Av::Bool(r.chance(10)));
+        // Written with trailing zeros, as some writers do (`0.190`): etl keeps the value, 0.19.
+        it.put("tax_rate", Av::N((*r.pick(TAX_RATES)).to_owned()));
         it
     }
 
@@ -481,9 +505,11 @@ impl Shop {
             .put("category", s(CATEGORIES[core.category]))
             .put("price", money(core.price_cents))
             .put("stock", n(r.below(500)));
-        let mut dim = || Av::N(fixed(r.range(10, 1200), 1));
+        // Millimetres, written in centimetres.
+        let mut dim = || r.range(10, 1200);
         let (w, h, d) = (dim(), dim(), dim());
-        it.put("dimensions_cm", Av::M(vec![("w", w), ("h", h), ("d", d)]));
+        let cm = |mm: u64| Av::N(fixed(mm, 1));
+        it.put("dimensions_cm", Av::M(vec![("w", cm(w)), ("h", cm(h)), ("d", cm(d))]));
         let k = r.range(1, 3) as usize;
         let tags = r.distinct(PRODUCT_TAGS, k);
         it.put("tags", Av::Ss(tags.into_iter().map(String::from).collect()));
@@ -522,6 +548,8 @@ impl Shop {
         }
         it.put("attributes", Av::L(attributes));
         it.put("weight_kg", Av::N(fixed(r.range(50, 25_000), 3)));
+        // Cubic metres in exponent form (`123456000E-9`), as some writers spell numbers.
+        it.put("volume_m3", Av::N(format!("{}E-9", w * h * d)));
         it
     }
 }

@@ -63,6 +63,14 @@ fn is_canonical_number(v: &str) -> bool {
     int_ok && frac_ok && v != "-0"
 }
 
+/// Attributes the shop spells in another form on purpose, for etl to canonicalise.
+const SPELLED: [(&str, fn(&str) -> bool); 2] = [
+    // `123456000E-9`: an integer mantissa and an exponent.
+    ("volume_m3", |v| v.strip_suffix("E-9").is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))),
+    // `0.190`: three decimals, trailing zeros kept.
+    ("tax_rate", |v| v.len() == 5 && v.starts_with("0.") && v[2..].bytes().all(|b| b.is_ascii_digit())),
+];
+
 /// No whitespace outside JSON strings.
 fn is_compact(json: &str) -> bool {
     let (mut in_string, mut escaped) = (false, false);
@@ -95,7 +103,10 @@ fn check_av(av: &Value, at: &str) {
     };
     match ty.as_str() {
         "S" => assert!(v.is_string(), "{at}"),
-        "N" => assert!(is_canonical_number(v.as_str().unwrap()), "{at}: {v}"),
+        "N" => match SPELLED.iter().find(|(name, _)| *name == at) {
+            Some((_, spelled)) => assert!(spelled(v.as_str().unwrap()), "{at}: {v}"),
+            None => assert!(is_canonical_number(v.as_str().unwrap()), "{at}: {v}"),
+        },
         "B" => {
             b64(v);
         }
@@ -309,6 +320,18 @@ fn data_quality_facts_hold() {
         assert_eq!(u.get("StatusIndexPK").is_some(), active);
     }
     assert!(users.iter().any(|u| u["lifetime_points"]["N"].as_str().unwrap().len() == 25));
+    // Negative numbers, exponent form and trailing zeros, for etl to keep exact.
+    let negative = users.iter().filter(|u| u["credit_balance"]["N"].as_str().unwrap().starts_with('-')).count();
+    assert!(negative * 5 > users.len() && negative * 2 < users.len(), "{negative} negative balances");
+    assert!(orders.iter().all(|o| o["tax_rate"]["N"].as_str().unwrap().ends_with('0')));
+    let products: Vec<&Value> = items.iter().filter(|it| it["Type"]["S"] == "Product").collect();
+    assert!(products.iter().all(|p| p["volume_m3"]["N"].as_str().unwrap().ends_with("E-9")));
+    // The catalog's last product is never ordered; every other product of this catalog is.
+    let ordered: std::collections::BTreeSet<&str> =
+        items.iter().filter(|it| it["Type"]["S"] == "OrderItem").map(|it| it["sku"]["S"].as_str().unwrap()).collect();
+    let last = products.iter().map(|p| p["sku"]["S"].as_str().unwrap()).max().unwrap();
+    assert!(!ordered.contains(last), "{last} was ordered");
+    assert_eq!(ordered.len(), products.len() - 1);
     assert!(users.iter().any(|u| u["phone"].get("NULL").is_some()));
     assert!(items.iter().any(|it| it["title"]["S"] == "Très bien ✓"));
     // `expected_items` is a fair estimate.

@@ -100,3 +100,6 @@ pub(super) const REVIEW_SENTENCES: &[&str] = &[
     "Qualité au rendez-vous, livraison rapide.",
     "Würde ich wieder kaufen.",
 ];
+
+/// Sales-tax rates as a writer that pads to three decimals spells them (canonical: 0.19 ...).
+pub(super) const TAX_RATES: &[&str] = &["0.190", "0.200", "0.070", "0.250", "0.100"];

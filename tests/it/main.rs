@@ -22,3 +22,4 @@ mod shapes;
 mod sql;
 mod tampered;
 mod types;
+mod unmapped;

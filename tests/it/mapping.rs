@@ -55,6 +55,7 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
             "shipping",
             "gift",
             "coupon_codes",
+            "tax_rate",
             "_extra"
         ]
     );

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use sqllogictest::{DBOutput, DefaultColumnType, QueryExpect, SortMode};
+use sqllogictest::{ColumnType as _, DBOutput, DefaultColumnType, QueryExpect, SortMode};
 
 use crate::common::*;
 
@@ -208,31 +208,91 @@ fn sql_library_matches_slt_files() {
     }
 }
 
-fn canonical_token(t: &str) -> String {
-    if t.chars().all(|c| c.is_ascii_digit() || matches!(c, '-' | '.' | 'e' | 'E'))
-        && let Ok(v) = t.parse::<f64>()
-    {
-        return format!("{v}");
-    }
-    t.to_owned()
+/// One result cell by type and exact value, in the terms `tests/interop/run_sql.py` gives
+/// DuckDB's: integers, decimals (exact text at their scale), doubles, strings, booleans,
+/// timestamps (UTC epoch microseconds) and dates. Never compared through a float rendering.
+#[derive(Debug, Clone, PartialEq)]
+enum Typed {
+    Null,
+    Bool(bool),
+    Int(i128),
+    /// Exact decimal text at the engine's scale (`614.50`).
+    Dec(String),
+    F64(f64),
+    Str(String),
+    /// Microseconds since the epoch, UTC.
+    Ts(i64),
+    Date(String),
 }
 
-fn canonical_row(r: &str) -> String {
-    r.split(' ').map(canonical_token).collect::<Vec<_>>().join(" ")
-}
-
-/// Rows in an `.slt` sort mode, as the runner compares them.
-fn sorted(mut rows: Vec<String>, mode: Option<SortMode>) -> Vec<String> {
-    match mode {
-        None | Some(SortMode::NoSort) => rows,
-        Some(SortMode::RowSort) => {
-            rows.sort();
-            rows
+impl Typed {
+    fn from_duckdb(cell: &serde_json::Value) -> Typed {
+        let kind = cell[0].as_str().unwrap();
+        let text = cell[1].as_str().unwrap_or_default();
+        match kind {
+            "null" => Typed::Null,
+            "bool" => Typed::Bool(text == "true"),
+            "int" => Typed::Int(text.parse().unwrap()),
+            "dec" => Typed::Dec(text.to_owned()),
+            "f64" => Typed::F64(text.parse().unwrap()),
+            "str" => Typed::Str(text.to_owned()),
+            "ts" => Typed::Ts(text.parse().unwrap()),
+            "date" => Typed::Date(text.to_owned()),
+            other => panic!("unknown kind {other}"),
         }
-        Some(SortMode::ValueSort) => {
-            let mut values: Vec<String> = rows.iter().flat_map(|r| r.split(' ').map(str::to_owned)).collect();
-            values.sort();
-            values
+    }
+
+    /// A cell of etl's result, read from its Arrow array.
+    fn from_arrow(a: &dyn Array, i: usize) -> Typed {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::{self as t, DecimalType as _};
+        if a.is_null(i) {
+            return Typed::Null;
+        }
+        match a.data_type() {
+            DataType::Int8 => Typed::Int(a.as_primitive::<t::Int8Type>().value(i).into()),
+            DataType::Int16 => Typed::Int(a.as_primitive::<t::Int16Type>().value(i).into()),
+            DataType::Int32 => Typed::Int(a.as_primitive::<t::Int32Type>().value(i).into()),
+            DataType::Int64 => Typed::Int(a.as_primitive::<t::Int64Type>().value(i).into()),
+            DataType::UInt64 => Typed::Int(a.as_primitive::<t::UInt64Type>().value(i).into()),
+            DataType::Decimal128(_, s) => {
+                let v = a.as_primitive::<t::Decimal128Type>().value(i);
+                Typed::Dec(t::Decimal128Type::format_decimal(v, 38, *s))
+            }
+            DataType::Float64 => Typed::F64(a.as_primitive::<t::Float64Type>().value(i)),
+            DataType::Float32 => Typed::F64(a.as_primitive::<t::Float32Type>().value(i).into()),
+            DataType::Utf8 => Typed::Str(a.as_string::<i32>().value(i).to_owned()),
+            DataType::LargeUtf8 => Typed::Str(a.as_string::<i64>().value(i).to_owned()),
+            DataType::Utf8View => Typed::Str(a.as_string_view().value(i).to_owned()),
+            DataType::Boolean => Typed::Bool(a.as_boolean().value(i)),
+            DataType::Timestamp(unit, _) => {
+                let v = match unit {
+                    t::TimeUnit::Second => a.as_primitive::<t::TimestampSecondType>().value(i) * 1_000_000,
+                    t::TimeUnit::Millisecond => a.as_primitive::<t::TimestampMillisecondType>().value(i) * 1_000,
+                    t::TimeUnit::Microsecond => a.as_primitive::<t::TimestampMicrosecondType>().value(i),
+                    t::TimeUnit::Nanosecond => a.as_primitive::<t::TimestampNanosecondType>().value(i) / 1_000,
+                };
+                Typed::Ts(v)
+            }
+            DataType::Date32 => {
+                let days = a.as_primitive::<t::Date32Type>().value(i);
+                let d = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap() + chrono::Duration::days(days.into());
+                Typed::Date(d.to_string())
+            }
+            other => panic!("a library query returned a {other} column; teach Typed about it"),
+        }
+    }
+
+    /// Whether the `.slt` text cell `text` (of sqllogictest type letter `letter`) says this value.
+    fn matches_slt(&self, text: &str, letter: char) -> bool {
+        match (self, letter) {
+            (Typed::Null, _) => text == "NULL",
+            (Typed::Int(v), 'I') => text.parse::<i128>().is_ok_and(|t| t == *v),
+            (Typed::Dec(v), 'R') => text == v,
+            (Typed::F64(v), 'R') => text.parse::<f64>().is_ok_and(|t| t == *v),
+            (Typed::Str(v), 'T') => text == if v.is_empty() { "(empty)" } else { v.as_str() },
+            (Typed::Bool(v), 'T') => text == v.to_string(),
+            _ => false,
         }
     }
 }
@@ -253,15 +313,65 @@ fn duckdb_agrees_with_the_slt_files() {
         .unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let duck: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let session = rt
+        .block_on(etl::sql::Session::open(
+            etl::sql::SqlOptions::new(etl::store::Target::Path(sample_out().to_owned())),
+            &Default::default(),
+        ))
+        .unwrap();
+    let mut compared = 0;
     for f in files {
-        let records = parse_slt(&slt_path(&f));
-        let (_, rows, mode) = first_query(&records).unwrap();
-        let want = sorted(rows.iter().map(|r| canonical_row(r)).collect(), mode);
         let name = f.file_name().unwrap().to_string_lossy().into_owned();
-        let got: Vec<String> =
-            duck[&name].as_array().unwrap().iter().map(|r| canonical_row(r.as_str().unwrap())).collect();
-        assert_eq!(sorted(got, mode), want, "DuckDB disagrees with tests/sql for {name}");
+        let records = parse_slt(&slt_path(&f));
+        let (sql, slt_rows, mode) = first_query(&records).unwrap();
+        let letters: Vec<char> = records
+            .iter()
+            .find_map(|r| match r {
+                sqllogictest::Record::Query { expected: QueryExpect::Results { types, .. }, .. } => {
+                    Some(types.iter().map(|t| t.to_char()).collect())
+                }
+                _ => None,
+            })
+            .unwrap();
+        // etl's answer, typed, from the same session the .slt files run on.
+        let results = rt.block_on(session.run(sql)).unwrap();
+        let last = results.last().unwrap();
+        let mut ours: Vec<Vec<Typed>> = Vec::new();
+        for b in &last.batches {
+            for i in 0..b.num_rows() {
+                ours.push(b.columns().iter().map(|c| Typed::from_arrow(c.as_ref(), i)).collect());
+            }
+        }
+        let theirs: Vec<Vec<Typed>> = duck[&name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(Typed::from_duckdb).collect())
+            .collect();
+        // Every library query orders its rows, so rows are compared in order.
+        assert!(matches!(mode, None | Some(SortMode::NoSort)), "{name}: a sort mode is not compared by type");
+        // Same types and exactly the same values: a decimal is not equal to a double, and
+        // `614.50` is not `614.5`.
+        assert_eq!(ours, theirs, "DuckDB's typed answer differs from etl's for {name}");
+        // The .slt file's text says the same values, cell by cell, with its column types.
+        assert_eq!(slt_rows.len(), theirs.len(), "{name}: rows in the .slt file");
+        for (row, (text, typed)) in slt_rows.iter().zip(&theirs).enumerate() {
+            // Cells are separated by single spaces; a string cell takes as many words as it has.
+            let mut words = text.split(' ');
+            for (v, l) in typed.iter().zip(&letters) {
+                let n = match v {
+                    Typed::Str(s) if !s.is_empty() => s.split(' ').count(),
+                    _ => 1,
+                };
+                let c = words.by_ref().take(n).collect::<Vec<_>>().join(" ");
+                assert!(v.matches_slt(&c, *l), "{name} row {row}: the .slt says `{c}` ({l}), DuckDB {v:?}");
+                compared += 1;
+            }
+            assert_eq!(words.next(), None, "{name} row {row}: more cells than columns in `{text}`");
+        }
     }
+    assert!(compared > 100, "only {compared} cells compared");
 }
 
 #[test]
