@@ -1,8 +1,12 @@
-"""A small HTTP proxy in front of an S3 endpoint (moto) that injects faults, for the fault suite.
+"""A small HTTP proxy in front of an AWS endpoint (moto: S3 and DynamoDB on one port) that
+injects faults, for the fault suite.
 
 Standard library only. Listens on 127.0.0.1 (a free port), prints the port on stdout, and
 serves until it is stopped (the test kills it by PID). Each injected fault is appended as one
-line to LOG, so a test can insist that its faults were really met.
+line to LOG, so a test can insist that its faults were really met; every request (faulted or
+not) is appended to LOG.requests as `METHOD PATH target=X-Amz-Target range=Range
+if-match=If-Match consistent=C` (C: a Scan's `ConsistentRead`, `absent` when not sent, empty for
+other requests), so a test can see retries, resumed reads and what a scan asked for.
 
 Usage:
   faultproxy.py UPSTREAM LOG RULES_JSON
@@ -11,6 +15,10 @@ RULES_JSON is a list of rules; the first rule that matches a request and still h
 decides what happens to it (requests no rule takes are forwarded unchanged):
   {"method": "PUT",               request method, or "*"
    "path": "regex",               searched in the request path (with the query string)
+   "target": "regex",             searched in the X-Amz-Target header (DynamoDB operations,
+                                  `DynamoDB_20120810.Scan`); absent: any request
+   "range": "regex",              searched in the Range header ("" when there is none, so
+                                  "^$" takes only requests for a whole object); absent: any
    "action": ACTION,
    "skip": 0,                     let this many matching requests through first
    "times": 1,                    how many requests get the fault (-1: every one)
@@ -18,6 +26,9 @@ decides what happens to it (requests no rule takes are forwarded unchanged):
                                   first match
 ACTION:
   "status:503"       answer with this HTTP status and an S3 error body, without forwarding
+  "s3:503:SlowDown"  answer with this status and an S3 error body with this code
+  "dynamodb:CODE"    answer HTTP 400 with a DynamoDB JSON error of this type
+                     (`ProvisionedThroughputExceededException`, `ThrottlingException`)
   "reset-mid-body"   forward, then send the response's headers and half its body, then reset
   "drop-response"    forward (the upstream applies the request), then reset without answering
   "reset"            read the request, then reset without forwarding or answering
@@ -40,15 +51,21 @@ class Rule:
     def __init__(self, spec):
         self.method = spec.get("method", "*")
         self.path = re.compile(spec.get("path", ""))
+        self.target = re.compile(spec["target"]) if "target" in spec else None
+        self.range = re.compile(spec["range"]) if "range" in spec else None
         self.action = spec["action"]
         self.skip = int(spec.get("skip", 0))
         self.times = int(spec.get("times", 1))
         self.seconds = spec.get("seconds")
         self.first = None
 
-    def take(self, method, path):
+    def take(self, method, path, target, rng):
         """Whether this rule takes the request (and uses one of its turns)."""
         if self.method not in ("*", method) or not self.path.search(path):
+            return False
+        if self.target is not None and not self.target.search(target):
+            return False
+        if self.range is not None and not self.range.search(rng):
             return False
         if self.skip > 0:
             self.skip -= 1
@@ -81,12 +98,16 @@ class Proxy(http.server.ThreadingHTTPServer):
         # Resets are the point of this proxy; their broken pipes are not news.
         pass
 
-    def decide(self, method, path):
+    def decide(self, method, path, target, rng):
         with self.lock:
             for r in self.rules:
-                if r.take(method, path):
+                if r.take(method, path, target, rng):
                     return r.action
         return None
+
+    def seen(self, line):
+        with self.lock, open(self.log_path + ".requests", "a") as f:
+            f.write(line + "\n")
 
     def record(self, action, method, path):
         with self.lock, open(self.log_path, "a") as f:
@@ -125,26 +146,47 @@ class Handler(http.server.BaseHTTPRequestHandler):
         conn.close()
         return r.status, r.reason, headers, data
 
+    def answer(self, status, content_type, text):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(text)
+
     def handle_any(self):
         body = self.body()
-        action = self.server.decide(self.command, self.path)
+        target = self.headers.get("X-Amz-Target", "")
+        consistent = ""
+        if target.endswith(".Scan"):
+            try:
+                consistent = str(json.loads(body).get("ConsistentRead", "absent")).lower()
+            except ValueError:
+                consistent = "unreadable"
+        self.server.seen(
+            f"{self.command} {self.path} target={target} range={self.headers.get('Range', '')}"
+            f" if-match={self.headers.get('If-Match', '')} consistent={consistent}"
+        )
+        action = self.server.decide(self.command, self.path, target, self.headers.get("Range", ""))
         if action is not None:
-            self.server.record(action, self.command, self.path)
+            self.server.record(action, self.command, f"{self.path} {target}".rstrip())
         if action == "reset":
             return self.reset()
-        if action is not None and action.startswith("status:"):
-            status = int(action.split(":", 1)[1])
+        if action is not None and action.startswith(("status:", "s3:")):
+            parts = action.split(":")
+            status = int(parts[1])
+            code = parts[2] if len(parts) > 2 else "InjectedFault"
             text = (
-                f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InjectedFault</Code>'
+                f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
                 f"<Message>injected {status}</Message></Error>"
             ).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(text)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(text)
-            return
+            return self.answer(status, "application/xml", text)
+        if action is not None and action.startswith("dynamodb:"):
+            code = action.split(":", 1)[1]
+            text = json.dumps(
+                {"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": f"injected {code}"}
+            ).encode()
+            return self.answer(400, "application/x-amz-json-1.0", text)
         status, reason, headers, data = self.forward(body)
         if action == "drop-response":
             return self.reset()

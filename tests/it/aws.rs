@@ -169,7 +169,7 @@ pub(crate) fn s(p: &Path) -> &str {
 // --- Shared fixtures -------------------------------------------------------------------------
 
 /// The sample export uploaded unchanged to `s3://BUCKET/exports/shop/`, once.
-fn shop_bucket(m: &Moto) -> &'static str {
+pub(crate) fn shop_bucket(m: &Moto) -> &'static str {
     static BUCKET: OnceLock<String> = OnceLock::new();
     BUCKET.get_or_init(|| {
         let bucket = unique("shop");
@@ -317,6 +317,55 @@ fn download_tables(m: &Moto, bucket: &str, prefix: &str, dir: &Path) {
     }
 }
 
+// --- The independent oracle ------------------------------------------------------------------
+
+/// How many items the sample export holds, as `tests/aws/oracle.py` counts them from its files.
+pub(crate) fn sample_items(python: &str) -> u64 {
+    static N: OnceLock<u64> = OnceLock::new();
+    *N.get_or_init(|| {
+        let src = format!("files:{}", s(&sample_export()));
+        let report = oracle_json(python, &["count", &src]);
+        report["items"].as_u64().expect("items")
+    })
+}
+
+/// Runs `tests/aws/oracle.py ENDPOINT ARGS` (the endpoint is used only by `table:` and `s3:`
+/// sources) and parses its JSON report; fails with its stderr when it finds differences.
+fn oracle_json(python: &str, args: &[&str]) -> Json {
+    let endpoint = moto().map(|m| m.endpoint.clone()).unwrap_or_else(|| "http://127.0.0.1:9".to_owned());
+    let mut cmd = Command::new(python);
+    cmd.arg(root().join("tests/aws/oracle.py")).arg(endpoint).args(args);
+    if let Some(m) = moto() {
+        aws_env(m, &mut cmd, Endpoint::Env);
+    }
+    let (r, _) = run_limited(cmd, CHILD_LIMIT);
+    assert_eq!(r.code, 0, "oracle.py {args:?} found differences\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    serde_json::from_str(&r.stdout).expect("oracle.py prints JSON")
+}
+
+/// The tables etl wrote to `out`, as pyarrow and DuckDB read them, against the tables the items
+/// of `source` give by the README's rules, computed by `tests/aws/oracle.py` without etl's code
+/// (`table:T`, `s3:BUCKET/PREFIX`, `scan-json:FILE`, `files:DIR`). `items`: how many there are.
+pub(crate) fn assert_oracle_tables(python: &str, source: &str, out: &Path, items: u64) {
+    let report = oracle_json(python, &["tables", source, s(out)]);
+    assert_eq!(report["items"], items, "items the oracle read from {source}: {report}");
+    for reader in ["pyarrow", "duckdb"] {
+        let r = &report[reader];
+        assert_eq!(r["rows"], items, "{reader} rows of {}: {report}", out.display());
+        assert!(r["cells"].as_u64() > Some(items), "{reader} compared too few cells: {report}");
+        assert_eq!(r["differences"], 0, "{report}");
+    }
+    assert!(report["pyarrow"]["types"].as_u64() > Some(0), "no column type checked: {report}");
+}
+
+/// An `s3://BUCKET/PREFIX` location (a folder, or a `manifest-summary.json`) as the oracle's
+/// `s3:BUCKET/PREFIX` source of the data files under it.
+fn s3_source(location: &str) -> String {
+    let rest = location.strip_prefix("s3://").expect("an s3:// location");
+    let folder = rest.strip_suffix("manifest-summary.json").unwrap_or(rest);
+    format!("s3:{folder}")
+}
+
 // --- The tests -------------------------------------------------------------------------------
 
 #[test]
@@ -338,6 +387,7 @@ fn s3_export_equals_local() {
         let out = tmp.path().join(format!("s3-{i}"));
         etl_aws(m, &["unwind", src, "--out", s(&out)], 0);
         assert_same_tables(local, &out, src);
+        assert_oracle_tables(&m.python, &format!("s3:{bucket}/exports/shop/"), &out, sample_items(&m.python));
         assert_eq!(input_checks(&run_report(&out)), local_checks, "checksum results of {src}");
         let inputs = run_report(&out)["inputs"].to_string();
         assert!(inputs.contains(bucket), "run.json names the S3 inputs: {inputs}");
@@ -354,6 +404,7 @@ fn s3_export_equals_local() {
     assert_eq!(r.code, 0, "etl {args:?}\n{}", r.stderr);
     assert_same_tables(local, &out, &src);
     assert_eq!(input_checks(&run_report(&out)), local_checks, "checksum results of {src}");
+    assert_oracle_tables(&m.python, &format!("s3:{real}/nightly/shop/"), &out, sample_items(&m.python));
 }
 
 #[test]
@@ -368,8 +419,9 @@ fn moto_export_roundtrip() {
     let out = tmp.path().join("out");
     etl_aws(m, &["unwind", location, "--out", s(&out)], 0);
     assert_same_tables(sample_out(), &out, location);
+    assert_oracle_tables(&m.python, &s3_source(location), &out, sample_items(&m.python));
     let report = run_report(&out);
-    assert_eq!(report["reconciliation"]["items_read"], 3245, "{}", report["reconciliation"]);
+    assert_eq!(report["reconciliation"]["items_read"], sample_items(&m.python), "{}", report["reconciliation"]);
 }
 
 #[test]
@@ -389,6 +441,9 @@ fn aws_cli_scan_roundtrip() {
     let out = tmp.path().join("out");
     unwind(&[&file], &out, &[], 0);
     assert_same_tables(sample_out(), &out, "aws dynamodb scan output");
+    let items = sample_items(&m.python);
+    assert_oracle_tables(&m.python, &format!("scan-json:{}", s(&file)), &out, items);
+    assert_oracle_tables(&m.python, &format!("table:{table}"), &out, items);
 }
 
 #[test]
@@ -407,6 +462,7 @@ fn live_scan_segments() {
         args.extend_from_slice(extra);
         etl_aws(m, &args, 0);
         assert_same_tables(sample_out(), &out, &format!("{src} {extra:?}"));
+        assert_oracle_tables(&m.python, &format!("table:{table}"), &out, sample_items(&m.python));
     }
 }
 
@@ -437,16 +493,29 @@ fn s3_out_and_sql() {
     let down = tmp.path().join("down");
     download_tables(m, &bucket, "out/", &down);
     assert_same_tables(sample_out(), &down, &out_url);
+    let items_src = format!("files:{}", s(&sample_export()));
+    assert_oracle_tables(&m.python, &items_src, &down, sample_items(&m.python));
 
-    // SQL over S3 prints what SQL over the local output prints.
+    // SQL over S3 prints what SQL over the local output prints, and the answers are those
+    // `oracle.py sql` computes from the items in plain Python.
     let local = sample_out().to_str().unwrap().to_owned();
+    let mut answers = Vec::new();
     for q in ["revenue_by_month", "top_customers_by_lifetime_value", "revenue_by_category", "products_never_ordered"] {
         let file = root().join("sql").join(format!("{q}.sql"));
         let want = etl(["sql", "--data", &local, "-f", s(&file), "--format", "csv"]);
         assert_eq!(want.code, 0, "{}", want.stderr);
         let got = etl_aws(m, &["sql", "--data", &out_url, "-f", s(&file), "--format", "csv"], 0);
         assert_eq!(got.stdout, want.stdout, "{q} over S3");
+        let json = etl_aws(m, &["sql", "--data", &out_url, "-f", s(&file), "--format", "json"], 0);
+        let path = tmp.path().join(format!("{q}.json"));
+        std::fs::write(&path, json.stdout).unwrap();
+        answers.push(format!("{q}={}", s(&path)));
     }
+    let mut args = vec!["sql", items_src.as_str()];
+    args.extend(answers.iter().map(String::as_str));
+    let checked = oracle_json(&m.python, &args);
+    assert!(checked["revenue_by_month"].as_u64() > Some(0), "{checked}");
+    assert_eq!(checked["top_customers_by_lifetime_value"], 10, "{checked}");
 
     // A second run writes under names of its own (the run id is in the path), and still reads.
     etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url], 0);
@@ -559,6 +628,7 @@ fn export_start_wait_list() {
     let out = tmp.path().join("out");
     etl_aws(m, &["unwind", &location, "--out", s(&out)], 0);
     assert_same_tables(sample_out(), &out, &location);
+    assert_oracle_tables(&m.python, &s3_source(&location), &out, sample_items(&m.python));
 
     // `export list` shows it.
     let exports: Json = serde_json::from_str(&py(m, "list_exports.py", &[table])).unwrap();
@@ -572,6 +642,26 @@ fn export_start_wait_list() {
         "export list names none of {arns:?}:\n{}",
         listed.stdout
     );
+    // `--format json`: an array with one object per export, the fields boto3 sees.
+    let listed = etl_aws(m, &["export", "list", "--table", table, "--format", "json"], 0);
+    let listed: Json = serde_json::from_str(&listed.stdout).expect("export list --format json prints JSON");
+    let listed = listed.as_array().expect("a JSON array");
+    assert!(listed.len() >= arns.len(), "{listed:?}");
+    for e in exports.as_array().unwrap() {
+        let arn = e["ExportArn"].as_str().unwrap();
+        let mine = listed.iter().find(|l| l["arn"] == arn).unwrap_or_else(|| panic!("{arn} not listed: {listed:?}"));
+        assert_eq!(mine["status"], e["ExportStatus"], "{mine}");
+        assert_eq!(mine["export_type"].as_str(), e["ExportType"].as_str(), "{mine}");
+        let keys: BTreeSet<&str> = mine.as_object().unwrap().keys().map(String::as_str).collect();
+        let want: BTreeSet<&str> =
+            ["arn", "status", "export_type", "start_time", "end_time", "manifest_url"].into_iter().collect();
+        assert_eq!(keys, want, "{mine}");
+    }
+    // A table without exports: an empty array, exit 0.
+    let none = unique("noexports");
+    py(m, "load_table.py", &[&none]);
+    let r = etl_aws(m, &["export", "list", "--table", &none, "--format", "json"], 0);
+    assert_eq!(serde_json::from_str::<Json>(&r.stdout).unwrap(), serde_json::json!([]), "{}", r.stdout);
 
     // A table without point-in-time recovery.
     let plain = unique("nopitr");
@@ -581,22 +671,250 @@ fn export_start_wait_list() {
     assert!(e.contains("hint:"), "{}", r.stderr);
     assert!(e.contains("point-in-time recovery") || e.contains("point in time recovery"), "{}", r.stderr);
 
-    // A bucket that does not exist: moto accepts the export and it ends FAILED (S3NoSuchBucket).
-    let missing = unique("nobucket");
-    let (r, _) = run_limited(
-        etl_cmd(
-            m,
-            &["export", "start", "--table", table, "--bucket", &missing, "--prefix", "p", "--wait"],
-            Endpoint::Env,
-            &[],
-        ),
-        CHILD_LIMIT,
-    );
-    assert!(r.code == 1 || r.code == 2, "exit {}\n{}", r.code, r.stderr);
-    let e = r.stderr.to_lowercase();
-    assert!(
-        r.stderr.contains(&missing) || e.contains("nosuchbucket") || e.contains("does not exist"),
-        "says the bucket is missing: {}",
-        r.stderr
-    );
+    // A bucket that does not exist: moto accepts the export and it ends FAILED (S3NoSuchBucket),
+    // an export that failed: exit 1 (README), every time.
+    for _ in 0..2 {
+        let missing = unique("nobucket");
+        let args = ["export", "start", "--table", table, "--bucket", &missing, "--prefix", "p", "--wait"];
+        let r = etl_aws(m, &args, 1);
+        assert!(r.stderr.contains("S3NoSuchBucket"), "names the failure code: {}", r.stderr);
+        assert!(r.stderr.contains("hint: create the bucket or check `--bucket`"), "{}", r.stderr);
+        assert!(r.stdout.is_empty(), "no location on stdout: {}", r.stdout);
+    }
+}
+
+/// The sample export and its scan twin (`sample-exports/shop-scan.json`) unwound locally: every
+/// table as pyarrow and DuckDB read it equals what the items give, by `tests/aws/oracle.py`.
+#[test]
+fn sample_and_scan_twin_rows_equal_their_items() {
+    let Some(python) = crate::interop::python() else { return };
+    let items = sample_items(&python);
+    assert_oracle_tables(&python, &format!("files:{}", s(&sample_export())), sample_out(), items);
+    let twin = root().join("sample-exports/shop-scan.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    unwind(&[&twin], &out, &[], 0);
+    assert_oracle_tables(&python, &format!("scan-json:{}", s(&twin)), &out, items);
+}
+
+/// `--profile` through a credentials and a config file in a temp folder (no credentials in the
+/// environment), `--region` over the profile's region, and a profile that is not defined.
+#[test]
+fn profile_region_and_credentials_files() {
+    let Some(m) = moto() else { return };
+    let table = shop_table(m);
+    let bucket = shop_bucket(m);
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    let credentials = tmp.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        "[etltest]\naws_access_key_id = AKIAETLTESTPROFILE01\naws_secret_access_key = etl-profile-secret\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        "[profile etltest]\nregion = us-east-1\n\n[profile elsewhere]\nregion = eu-west-2\n\
+         aws_access_key_id = AKIAETLTESTPROFILE02\naws_secret_access_key = etl-profile-secret2\n",
+    )
+    .unwrap();
+    let run = |args: &[&str], env_credentials: bool| {
+        let mut cmd = etl_cmd(m, args, Endpoint::Env, &[]);
+        cmd.env("AWS_CONFIG_FILE", &config).env("AWS_SHARED_CREDENTIALS_FILE", &credentials);
+        cmd.env_remove("AWS_REGION").env_remove("AWS_DEFAULT_REGION");
+        if !env_credentials {
+            cmd.env_remove("AWS_ACCESS_KEY_ID").env_remove("AWS_SECRET_ACCESS_KEY");
+        }
+        run_limited(cmd, CHILD_LIMIT).0
+    };
+    let items = sample_items(&m.python);
+    let live = format!("dynamodb://{table}");
+    let s3 = format!("s3://{bucket}/exports/shop/");
+
+    // Credentials and region from the profile: a live table and an S3 source.
+    let sources = [(&live, format!("table:{table}")), (&s3, format!("s3:{bucket}/exports/shop/"))];
+    for (i, (src, items_src)) in sources.iter().enumerate() {
+        let out = tmp.path().join(format!("profile-{i}"));
+        let r = run(&["unwind", src, "--out", s(&out), "--profile", "etltest"], false);
+        assert_eq!(r.code, 0, "{src}\n{}", r.stderr);
+        assert_oracle_tables(&m.python, items_src, &out, items);
+    }
+    // The same without the profile: no credentials anywhere.
+    let out = tmp.path().join("none");
+    let r = run(&["unwind", &live, "--out", s(&out), "--region", "us-east-1"], false);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("no AWS credentials"), "{}", r.stderr);
+    assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+    assert!(!out.exists());
+
+    // The profile's region is used (moto keeps tables per region): not found in eu-west-2 ...
+    let r = run(&["unwind", &live, "--out", s(&out), "--profile", "elsewhere"], false);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("table `{table}` not found in region `eu-west-2`")), "{}", r.stderr);
+    // ... and `--region` overrides it.
+    let r = run(&["unwind", &live, "--out", s(&out), "--profile", "elsewhere", "--region", "us-east-1"], false);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_oracle_tables(&m.python, &format!("table:{table}"), &out, items);
+    // `--region` alone, over `AWS_REGION`, with credentials from the environment.
+    let other = tmp.path().join("region");
+    let mut cmd = etl_cmd(m, &["unwind", &live, "--out", s(&other), "--region", "eu-west-2"], Endpoint::Env, &[]);
+    cmd.env("AWS_REGION", "us-east-1");
+    let (r, _) = run_limited(cmd, CHILD_LIMIT);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("not found in region `eu-west-2`"), "{}", r.stderr);
+
+    // A profile neither file defines: a clear error naming it and the files, before any call,
+    // also when the environment holds credentials that would otherwise be used instead.
+    for (args, env_credentials) in [
+        (vec!["unwind", live.as_str(), "--out", s(&other), "--profile", "nosuch"], false),
+        (vec!["unwind", s3.as_str(), "--out", s(&other), "--profile", "nosuch"], true),
+        (vec!["sql", "--data", s3.as_str(), "select 1", "--profile", "nosuch"], true),
+        (vec!["export", "list", "--table", table, "--profile", "nosuch"], true),
+    ] {
+        let r = run(&args, env_credentials);
+        assert_eq!(r.code, 2, "{args:?}\n{}", r.stderr);
+        assert!(r.stderr.contains("AWS profile `nosuch` is not defined"), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(s(&config)) && r.stderr.contains(s(&credentials)), "names the files: {}", r.stderr);
+        assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+    }
+    assert!(!other.exists());
+}
+
+/// `--consistent-read` reaches every `Scan` request (seen by the fault proxy, forwarding all),
+/// and the tables equal the items; without it every scan asks for eventually consistent reads.
+#[test]
+fn consistent_read_reaches_every_scan() {
+    let Some(m) = moto() else { return };
+    let table = shop_table(m);
+    let src = format!("dynamodb://{table}");
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, flag, want) in [("consistent", Some("--consistent-read"), "true"), ("eventual", None, "false")] {
+        let p = crate::fault::Proxy::start(m, serde_json::json!([]));
+        let out = tmp.path().join(name);
+        let mut args = vec!["unwind", "-q", src.as_str(), "--out", s(&out), "--segments", "3"];
+        args.extend(flag);
+        let r = crate::fault::etl_via(m, &p, &args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let scans: Vec<String> =
+            p.requests().into_iter().filter(|l| l.contains("target=DynamoDB_20120810.Scan ")).collect();
+        assert!(scans.len() >= 3, "one scan per segment at least: {scans:?}");
+        let odd: Vec<&String> = scans.iter().filter(|l| !l.ends_with(&format!(" consistent={want}"))).collect();
+        assert!(odd.is_empty(), "{name}: scans without ConsistentRead={want}: {odd:?}");
+        assert_oracle_tables(&m.python, &format!("table:{table}"), &out, sample_items(&m.python));
+    }
+}
+
+/// The run ids an S3 output's objects belong to: `_etl/runs/<id>/…` and `…-<id>.parquet`.
+fn objects_by_run(m: &Moto, bucket: &str, prefix: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for key in s3_keys(m, bucket, prefix) {
+        let rel = &key[prefix.len()..];
+        let id = if let Some(rest) = rel.strip_prefix("_etl/runs/") {
+            rest.split('/').next().map(str::to_owned)
+        } else if rel.ends_with(".parquet") && !rel.starts_with("_etl/") {
+            let stem = rel.rsplit('/').next().unwrap().trim_end_matches(".parquet");
+            stem.splitn(3, '-').nth(2).map(str::to_owned)
+        } else {
+            None
+        };
+        if let Some(id) = id {
+            out.entry(id).or_default().insert(key);
+        }
+    }
+    out
+}
+
+/// Spawns `etl unwind SRC --out URL` that pauses at `point` until `go` exists (the process
+/// creates `go.reached` there); returns once it is paused.
+fn paused_unwind(m: &Moto, src: &Path, url: &str, point: &str, go: &Path) -> std::process::Child {
+    let env = [("ETL_TEST_PAUSE_AT", point), ("ETL_TEST_PAUSE_FILE", s(go))];
+    let child = etl_cmd(m, &["unwind", "-q", s(src), "--out", url], Endpoint::Env, &env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reached = go.as_os_str().to_owned();
+    reached.push(".reached");
+    let start = Instant::now();
+    while !Path::new(&reached).exists() {
+        assert!(start.elapsed() < CHILD_LIMIT, "the run never reached `{point}`");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+fn finish_ok(mut child: std::process::Child, what: &str) {
+    let mut err = String::new();
+    let status = wait_or_kill(&mut child, Instant::now(), CHILD_LIMIT, what);
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(status.success(), "{what}: {status:?}\n{err}");
+}
+
+/// S3 retention against moto: each commit keeps its own run and the run it replaced, deletes
+/// older runs, and never deletes a run that is still uploading on top of it (declared with the
+/// committing run as its base), which then commits.
+#[test]
+fn s3_retention_keeps_the_replaced_run_and_running_uploads() {
+    let Some(m) = moto() else { return };
+    let bucket = unique("retain");
+    py(m, "s3.py", &["mb", &bucket]);
+    let url = format!("s3://{bucket}/o/");
+    let src = sample_export();
+    let head = || {
+        let r = s3_report(m, &bucket, "o/");
+        (r["run_id"].as_str().unwrap().to_owned(), r["replaces_run_id"].as_str().map(str::to_owned))
+    };
+
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        etl_aws(m, &["unwind", "-q", s(&src), "--out", &url], 0);
+        let (id, replaces) = head();
+        assert_eq!(replaces.as_ref(), ids.last(), "run {i} names the run it replaced");
+        ids.push(id);
+        let runs = objects_by_run(m, &bucket, "o/");
+        let kept: Vec<&String> = runs.keys().collect();
+        // The head and the run it replaced; nothing older.
+        let want: Vec<&String> = ids.iter().rev().take(2).rev().collect();
+        assert_eq!(kept, want, "after run {i}");
+    }
+    let before = objects_by_run(m, &bucket, "o/");
+    let (r2, r3) = (&ids[1], &ids[2]);
+    // Every object of the head is one its run.json lists, or the run's own `_etl/runs/` files.
+    let listed: BTreeSet<String> =
+        listed_keys(&s3_report(m, &bucket, "o/"), &bucket, "o/").into_values().flatten().collect();
+    let head_parquet: BTreeSet<String> = before[r3].iter().filter(|k| k.ends_with(".parquet")).cloned().collect();
+    assert_eq!(head_parquet, listed);
+
+    // Y commits, then pauses before its clean-up; X starts on top of Y and pauses after its
+    // uploads. Y's clean-up deletes R2 (older than the run Y replaced) but not X, which may
+    // still commit; X then commits and its clean-up deletes R3.
+    let tmp = tempfile::tempdir().unwrap();
+    let (go_y, go_x) = (tmp.path().join("go-y"), tmp.path().join("go-x"));
+    let y = paused_unwind(m, &src, &url, "s3-committed", &go_y);
+    let (y_id, replaced) = head();
+    assert_eq!(replaced.as_ref(), Some(r3));
+    let x = paused_unwind(m, &src, &url, "s3-uploaded", &go_x);
+    let uploading = objects_by_run(m, &bucket, "o/");
+    let x_id = uploading.keys().find(|id| !before.contains_key(*id) && **id != y_id).expect("X's objects").clone();
+    let x_objects = uploading[&x_id].clone();
+    assert!(x_objects.iter().any(|k| k.ends_with(".parquet")), "X uploaded its data files: {x_objects:?}");
+    std::fs::write(&go_y, "").unwrap();
+    finish_ok(y, "run Y");
+    let after_y = objects_by_run(m, &bucket, "o/");
+    assert_eq!(after_y.get(&x_id), Some(&x_objects), "Y's clean-up left the uploading run X whole");
+    assert!(!after_y.contains_key(r2), "R2 deleted: {:?}", after_y.keys());
+    assert_eq!(after_y.get(r3), before.get(r3), "R3, the run Y replaced, kept whole");
+    std::fs::write(&go_x, "").unwrap();
+    finish_ok(x, "run X");
+    let (now, replaced) = head();
+    assert_eq!((&now, replaced.as_ref()), (&x_id, Some(&y_id)), "X committed on top of Y");
+    let kept: BTreeSet<String> = objects_by_run(m, &bucket, "o/").into_keys().collect();
+    assert_eq!(kept, [x_id.clone(), y_id.clone()].into_iter().collect(), "X and the run it replaced, nothing else");
+    // Still one whole output that answers queries.
+    let q = r#"select count(*) as n from "order""#;
+    let got = etl_aws(m, &["sql", "--data", &url, q, "--format", "csv"], 0);
+    let want = etl(["sql", "--data", s(sample_out()), q, "--format", "csv"]);
+    assert_eq!(got.stdout, want.stdout);
 }

@@ -865,7 +865,7 @@ fn s3_two_runs_on_one_output() {
 }
 
 /// A proxy in front of moto that injects faults (tests/aws/faultproxy.py), stopped by PID.
-struct Proxy {
+pub(crate) struct Proxy {
     child: Child,
     endpoint: String,
     log: PathBuf,
@@ -873,7 +873,7 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn start(m: &Moto, rules: Json) -> Proxy {
+    pub(crate) fn start(m: &Moto, rules: Json) -> Proxy {
         let tmp = tempfile::tempdir().unwrap();
         let log = tmp.path().join("faults.log");
         let mut child = Command::new(&m.python)
@@ -896,8 +896,16 @@ impl Proxy {
     }
 
     /// The faults injected so far, one line each.
-    fn injected(&self) -> Vec<String> {
+    pub(crate) fn injected(&self) -> Vec<String> {
         std::fs::read_to_string(&self.log).unwrap_or_default().lines().map(str::to_owned).collect()
+    }
+
+    /// Every request the proxy received so far (faulted or not), one line each:
+    /// `METHOD PATH target=… range=… if-match=… consistent=…`.
+    pub(crate) fn requests(&self) -> Vec<String> {
+        let mut log = self.log.clone().into_os_string();
+        log.push(".requests");
+        std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_owned).collect()
     }
 }
 
@@ -909,7 +917,7 @@ impl Drop for Proxy {
 }
 
 /// `etl ARGS` through the proxy.
-fn etl_via(m: &Moto, p: &Proxy, args: &[&str]) -> Run {
+pub(crate) fn etl_via(m: &Moto, p: &Proxy, args: &[&str]) -> Run {
     let mut cmd = etl_cmd(m, args, Endpoint::Env, &[]);
     cmd.env("AWS_ENDPOINT_URL", &p.endpoint);
     run_limited(cmd, CHILD_LIMIT).0
@@ -994,4 +1002,171 @@ fn s3_endpoint_faults() {
     // The next clean run removes what the failed one left.
     etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url], 0);
     assert_eq!(stale_objects(m, b, "o/"), Vec::<String>::new());
+}
+
+/// DynamoDB throttling (`ProvisionedThroughputExceededException`, `ThrottlingException`)
+/// answered by the proxy to some `Scan` calls of a live-table unwind: the run retries with
+/// backoff and writes exactly the files an unthrottled run writes; every `Scan` after the first
+/// carries the same request. Throttled for good, the run stops after `MAX_ATTEMPTS` (10) tries of
+/// the one request with a clear error (exit 2), and publishes nothing.
+#[test]
+fn dynamodb_throttling_is_retried_then_fails_clearly() {
+    let Some(m) = moto() else { return };
+    // A small table of its own (moto scans slowly): a generated export loaded with boto3.
+    let tmp = tempfile::tempdir().unwrap();
+    let export = tmp.path().join("export");
+    make_sample(&export, 8, 1, 5);
+    let table = unique("throttle");
+    let items: u64 = py(m, "load_table.py", &[&table, s(&export)]).trim().parse().unwrap();
+    let src = format!("dynamodb://{table}");
+    let scans = |p: &Proxy| p.requests().iter().filter(|l| l.contains("target=DynamoDB_20120810.Scan ")).count();
+
+    // Unthrottled, through the proxy: the reference files and the number of Scan calls.
+    let p = Proxy::start(m, serde_json::json!([]));
+    let clean = tmp.path().join("clean");
+    let r = etl_via(m, &p, &["unwind", "-q", &src, "--out", s(&clean), "--segments", "2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let pages = scans(&p);
+    assert!(pages >= 2, "{:?}", p.requests());
+    drop(p);
+    crate::aws::assert_oracle_tables(&m.python, &format!("table:{table}"), &clean, items);
+
+    let scan = "^DynamoDB_20120810\\.Scan$";
+    let p = Proxy::start(
+        m,
+        serde_json::json!([
+            {"method": "POST", "target": scan, "action": "dynamodb:ProvisionedThroughputExceededException", "times": 2},
+            {"method": "POST", "target": scan, "action": "dynamodb:ThrottlingException", "times": 1},
+        ]),
+    );
+    let out = tmp.path().join("throttled");
+    let r = etl_via(m, &p, &["unwind", "-q", &src, "--out", s(&out), "--segments", "2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let injected = p.injected();
+    assert_eq!(injected.len(), 3, "{injected:?}");
+    assert_eq!(injected.iter().filter(|l| l.starts_with("dynamodb:ThrottlingException")).count(), 1, "{injected:?}");
+    // The same pages as the clean run, plus one retry per injected fault.
+    assert_eq!(scans(&p), pages + 3, "every throttled Scan was retried once: {:?}", p.requests());
+    drop(p);
+    assert_eq!(data_tree(&out), data_tree(&clean), "the throttled run wrote other files");
+
+    // Throttled for good: MAX_ATTEMPTS tries, then a clear error naming the operation and a hint.
+    let p = Proxy::start(
+        m,
+        serde_json::json!([{"method": "POST", "target": scan, "action": "dynamodb:ProvisionedThroughputExceededException", "times": -1}]),
+    );
+    let out = tmp.path().join("exhausted");
+    let start = Instant::now();
+    let r = etl_via(m, &p, &["unwind", "-q", &src, "--out", s(&out)]);
+    let took = start.elapsed();
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(p.injected().len(), 10, "MAX_ATTEMPTS tries of the one Scan: {:?}", p.injected());
+    assert!(r.stderr.contains("`Scan` was still throttled after 10 attempts"), "{}", r.stderr);
+    assert!(r.stderr.contains("ProvisionedThroughputExceededException"), "{}", r.stderr);
+    assert!(r.stderr.contains("hint: lower `--segments`"), "{}", r.stderr);
+    assert!(!out.exists(), "nothing published");
+    // Nine backoff pauses of standard mode (1 s base, doubling to 20 s, full jitter) are not
+    // all near zero.
+    assert!(took > Duration::from_secs(2), "ten tries took only {took:?}: no backoff");
+    eprintln!("dynamodb throttling: 10 attempts took {took:?}");
+}
+
+/// S3 `503 SlowDown` answered to reads of an S3 source's data files: retried with backoff, the
+/// output is the same as from local files; answered to every read, a clear error (exit 2) that
+/// names the file, and nothing published.
+#[test]
+fn s3_slowdown_is_retried_then_fails_clearly() {
+    let Some(m) = moto() else { return };
+    let bucket = unique("slowdown");
+    py(m, "upload.py", &[s(&sample_export()), &bucket, "in"]);
+    let src = format!("s3://{bucket}/in/");
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("local");
+    let want = clean_run(&sample_export(), &local);
+
+    let data = format!("^/{bucket}/in/AWSDynamoDB/.*/data/.*\\.json\\.gz");
+    let p =
+        Proxy::start(m, serde_json::json!([{"method": "GET", "path": data, "action": "s3:503:SlowDown", "times": 3}]));
+    let out = tmp.path().join("out");
+    let r = etl_via(m, &p, &["unwind", "-q", &src, "--out", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let injected = p.injected();
+    assert_eq!(injected.len(), 3, "{injected:?}");
+    // Each faulted GET was sent again: per key, the GETs number the successful ones plus faults.
+    let data_get = |l: &String| {
+        l.starts_with(&format!("GET /{bucket}/in/AWSDynamoDB/")) && l.contains("/data/") && l.contains(".json.gz ")
+    };
+    let gets: Vec<String> = p.requests().into_iter().filter(data_get).collect();
+    assert!(gets.len() >= injected.len() + 4, "3 retries and 4 non-empty data files read: {gets:?}");
+    drop(p);
+    assert_eq!(data_tree(&out), want, "the output differs from a local run's");
+
+    let p =
+        Proxy::start(m, serde_json::json!([{"method": "GET", "path": data, "action": "s3:503:SlowDown", "times": -1}]));
+    let out = tmp.path().join("exhausted");
+    let r = etl_via(m, &p, &["unwind", "-q", &src, "--out", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(p.injected().len() > 10, "retried before giving up: {:?}", p.injected());
+    drop(p);
+    assert!(r.stderr.contains(".json.gz"), "names the file: {}", r.stderr);
+    assert!(r.stderr.contains("503") && r.stderr.contains("SlowDown"), "says why: {}", r.stderr);
+    assert!(!r.stderr.contains("NOT RECONCILED") && !r.stderr.contains("corrupt"), "not a data problem: {}", r.stderr);
+    assert!(!out.exists(), "nothing published");
+}
+
+/// Streams of an S3 source's data files cut mid-body (the proxy resets the connection after half
+/// the body): each is read on from the bytes received (a ranged GET to the object's end;
+/// `object_store` checks the object's ETag did not change) and the output is a local run's; cut
+/// every time, the read gives up after its retries with a clear error naming the file (exit 2),
+/// and nothing is published.
+#[test]
+fn s3_streams_resume_from_their_last_byte() {
+    let Some(m) = moto() else { return };
+    let bucket = unique("resume");
+    py(m, "upload.py", &[s(&sample_export()), &bucket, "in"]);
+    let src = format!("s3://{bucket}/in/");
+    let tmp = tempfile::tempdir().unwrap();
+    let want = clean_run(&sample_export(), &tmp.path().join("local"));
+    let data = format!("^/{bucket}/in/AWSDynamoDB/.*/data/.*\\.json\\.gz");
+
+    // Whole-object reads (no Range header: not the 4 KiB sniff of each file) cut twice.
+    let p = Proxy::start(
+        m,
+        serde_json::json!([{"method": "GET", "path": data, "range": "^$", "action": "reset-mid-body", "times": 2}]),
+    );
+    let out = tmp.path().join("out");
+    let r = etl_via(m, &p, &["unwind", "-q", &src, "--out", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let injected = p.injected();
+    assert_eq!(injected.len(), 2, "{injected:?}");
+    // Each cut stream was read on with one ranged GET up to the object's end (its start is
+    // the bytes received; for the sample's non-empty files half the body arrives first).
+    let requests = p.requests();
+    let mut starts = Vec::new();
+    for cut in &injected {
+        let path = cut.split(' ').nth(2).expect("the cut request's path");
+        let whole = format!("GET {path} target= range= ");
+        let at = requests.iter().position(|l| l.starts_with(&whole)).expect("the cut request in the log");
+        let resumed: Vec<&String> = requests[at + 1..]
+            .iter()
+            .filter(|l| l.starts_with(&format!("GET {path} ")) && l.contains(" range=bytes="))
+            .collect();
+        assert_eq!(resumed.len(), 1, "{path} resumed once: {requests:?}");
+        let range = resumed[0].split("range=bytes=").nth(1).unwrap().split(' ').next().unwrap();
+        starts.push(range.split('-').next().unwrap().parse::<u64>().unwrap());
+    }
+    assert!(starts.iter().any(|&n| n > 0), "no read resumed past its first byte: {starts:?}\n{requests:?}");
+    drop(p);
+    assert_eq!(data_tree(&out), want, "the output differs from a local run's");
+
+    // Cut every time: a clear error after the resumes, nothing published.
+    let p =
+        Proxy::start(m, serde_json::json!([{"method": "GET", "path": data, "action": "reset-mid-body", "times": -1}]));
+    let out = tmp.path().join("exhausted");
+    let r = etl_via(m, &p, &["unwind", "-q", &src, "--out", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(p.injected().len() >= 4, "resumed before giving up: {:?}", p.injected());
+    drop(p);
+    assert!(r.stderr.contains(".json.gz"), "names the file: {}", r.stderr);
+    assert!(!out.exists(), "nothing published");
 }

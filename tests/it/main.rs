@@ -16,6 +16,7 @@ mod json_conformance;
 mod mapping;
 mod output;
 mod real_export;
+mod rejects;
 mod roundtrip;
 mod sample;
 mod shapes;
