@@ -344,8 +344,13 @@ fn state_makes_a_rerun_a_no_op_and_refuses_older_exports() {
     assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
     assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), before);
 
-    // Exports older than those applied: refused, the output untouched.
-    let run = unwind(&[&dir("01788249600000-aaaaaaaa"), &dir("01788249540000-bbbbbbbb")], &out, &[], 1);
+    // Some of the exports applied, named again: nothing to do either.
+    let run = unwind(&[&dir("01788249600000-aaaaaaaa"), &dir("01788249540000-bbbbbbbb")], &out, &[], 0);
+    assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
+    // An export not applied that ends before those applied: refused, the output untouched.
+    let older = tmp.path().join("older");
+    let inc = incremental(&older, "01788249550000-eeeeeeee", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, Some(&b))]);
+    let run = unwind(&[&dir("01788249600000-aaaaaaaa"), &inc], &out, &[], 1);
     assert!(run.stderr.contains("before the exports"), "{}", run.stderr);
     assert!(run.stderr.contains("export `01788250800000-cccccccc`"), "{}", run.stderr);
     assert!(run.stderr.contains("hint:"), "{}", run.stderr);
