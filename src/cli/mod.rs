@@ -54,7 +54,7 @@ impl From<ExitStatus> for ExitCode {
         into one Parquet table per entity (or the tables a `--mapping` file declares, with keys \
         parsed into typed columns), keeps numbers, sets and binary exact, and reconciles every \
         item with the export's manifests.",
-    after_help = "Exit status: 0 success; 1 the data or a query broke a policy: the output does not reconcile with the export's manifests (unless --allow-mismatch), or a limit you set (--max-rejects, --strict, --timeout, --memory-limit); 2 usage, input or internal error."
+    after_help = "Exit status: 0 success; 1 the data or a query broke a policy: the output does not reconcile with the export's manifests (unless --allow-mismatch), or a limit you set (--max-rejects, --strict, --timeout, --memory-limit), or a chain of incremental exports has a gap (unless --allow-gap); 2 usage, input or internal error."
 )]
 pub struct Cli {
     /// More output on stderr: -v for progress logs per file and table, -vv for debug.
@@ -90,7 +90,9 @@ pub struct UnwindArgs {
     /// a `manifest-summary.json`, folders or files of data files (`.json.gz`, `.gz`, `.json`,
     /// `.ion.gz`, `.ion`),
     /// `aws dynamodb scan --output json` output (a file, or `-` for stdin); each also as
-    /// `s3://bucket/prefix`; or `dynamodb://TABLE` to scan a live table.
+    /// `s3://bucket/prefix`; or `dynamodb://TABLE` to scan a live table. A full export with the
+    /// incremental exports taken after it (named one by one, or a folder holding them all) gives
+    /// the table's current state: the changes are applied in window order, last write wins.
     #[arg(required = true, value_name = "SOURCE")]
     pub sources: Vec<String>,
     /// Output folder, written to a staging folder beside it and published atomically; or
@@ -141,6 +143,11 @@ pub struct UnwindArgs {
     /// Read-capacity budget for `dynamodb://TABLE` sources, across all segments.
     #[arg(long, value_name = "RCU")]
     pub max_rcu_per_second: Option<f64>,
+    /// Apply incremental exports even when their windows leave a gap after the full export or
+    /// between each other (changes made in a gap are missing); the gap is reported. Without it,
+    /// a gap is refused with exit status 1.
+    #[arg(long)]
+    pub allow_gap: bool,
     #[command(flatten)]
     pub aws: aws_args::AwsArgs,
 }
@@ -299,6 +306,10 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
                 Verdict::Reconciled | Verdict::Unverified => {}
             }
             status
+        }
+        Err(e @ pipeline::UnwindError::UpToDate { .. }) => {
+            printer.info(&e.to_string());
+            ExitStatus::Success
         }
         Err(e) => {
             let hint = e.hint();

@@ -160,10 +160,59 @@ impl Printer {
         if !r.widenings.is_empty() {
             text.push_str(&format!("{} columns were widened (see `_etl/run.json`)\n", r.widenings.len()));
         }
+        if let Some(c) = &r.chain {
+            text.push_str(&chain_summary(c));
+        }
         let run = s.committed.run_id.as_ref().map(|id| format!(", run `{id}`")).unwrap_or_default();
         text.push_str(&format!("output: {out} ({:.1}s{run})\n", r.timings_ms.total as f64 / 1000.0));
         self.stderr(&text);
     }
+}
+
+/// `applied 2 incremental exports to full export `…` (… to …): 11 change records; `users`: 2
+/// inserts, 1 update, …`: the chain part of the summary.
+fn chain_summary(c: &crate::sink::manifest::ChainReport) -> String {
+    let span = match (c.windows.first(), c.windows.last()) {
+        (Some(a), Some(b)) => format!(" ({} to {})", a.from_time, b.to_time),
+        _ => String::new(),
+    };
+    let mut text = format!(
+        "applied {} incremental export{} to full export `{}`{span}: {} change records on {} keys, {} items of the full export replaced or deleted\n",
+        c.windows.len(),
+        if c.windows.len() == 1 { "" } else { "s" },
+        c.full_export,
+        group(c.change_records),
+        group(c.changed_keys),
+        group(c.superseded_items),
+    );
+    for (table, t) in &c.tables {
+        let mut parts = vec![
+            format!("{} inserts", group(t.inserts)),
+            format!("{} updates", group(t.updates)),
+            format!("{} deletes", group(t.deletes)),
+        ];
+        if t.moved_in + t.moved_out > 0 {
+            parts.push(format!("{} moved in, {} moved out", group(t.moved_in), group(t.moved_out)));
+        }
+        if t.unmatched_deletes > 0 {
+            parts.push(format!("{} deletes of keys not there", group(t.unmatched_deletes)));
+        }
+        text.push_str(&format!("  `{table}`: {}\n", parts.join(", ")));
+    }
+    if c.unmatched_deletes > 0 {
+        text.push_str(&format!(
+            "  {} deletes of keys that were not there (counted, not an error)\n",
+            group(c.unmatched_deletes)
+        ));
+    }
+    if !c.gaps.is_empty() {
+        text.push_str(&format!(
+            "  {} gap{} allowed by `--allow-gap` (see the warnings)\n",
+            c.gaps.len(),
+            if c.gaps.len() == 1 { "" } else { "s" }
+        ));
+    }
+    text
 }
 
 /// stdout as data goes out: buffered, and remembering a closed pipe.

@@ -53,6 +53,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         segments,
         consistent_read,
         max_rcu_per_second,
+        allow_gap,
         aws,
     } = args;
     let sources = sources.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
@@ -83,6 +84,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
     s.aws = aws.options();
     s.mapping = mapping.map(Arc::new);
     s.scan = ScanSettings { segments, consistent_read, max_rcu_per_second };
+    s.allow_gap = allow_gap;
     Ok(s)
 }
 

@@ -15,6 +15,7 @@
 //! and row-group boundaries depend only on the data. The [`pool`] returns the error that caused a
 //! stop, never a worker's cancellation.
 
+pub mod chain;
 pub mod pool;
 pub mod progress;
 pub mod read;
@@ -70,6 +71,8 @@ pub struct UnwindSettings {
     pub mapping: Option<Arc<Mapping>>,
     /// How `dynamodb://TABLE` sources are scanned.
     pub scan: ScanSettings,
+    /// Apply a chain of exports whose windows leave a gap (recorded in the report).
+    pub allow_gap: bool,
 }
 
 impl UnwindSettings {
@@ -90,6 +93,7 @@ impl UnwindSettings {
             aws: AwsOptions::default(),
             mapping: None,
             scan: ScanSettings::default(),
+            allow_gap: false,
         }
     }
 }
@@ -125,6 +129,11 @@ pub enum UnwindError {
     Cancelled,
     #[error("internal error: {message}")]
     Internal { message: String },
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    /// Every export named is already applied to the output: nothing was done (exit 0).
+    #[error("`{out}` already holds {exports}; nothing to apply, nothing rewritten")]
+    UpToDate { out: String, exports: String },
 }
 
 impl UnwindError {
@@ -141,7 +150,8 @@ impl UnwindError {
             UnwindError::Internal { .. } | UnwindError::Normalize(_) | UnwindError::Cancelled => {
                 Some("this is a bug in etl; please report it with the run's input if you can".into())
             }
-            UnwindError::Io { .. } => None,
+            UnwindError::Io { .. } | UnwindError::UpToDate { .. } => None,
+            UnwindError::State(e) => e.hint(),
         }
     }
 
@@ -153,6 +163,7 @@ impl UnwindError {
             UnwindError::Source(e) => e.is_integrity(),
             // Another run wrote the same output: this one lost, the data is the other's.
             UnwindError::Sink(e) => e.is_concurrent_run(),
+            UnwindError::State(e) => matches!(e, crate::state::StateError::Older { .. }),
             _ => false,
         }
     }
@@ -188,7 +199,41 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         },
     )?;
     let scratch = sink.scratch().to_owned();
-    let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
+    let mut plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
+    let chain = source::chain::order(&plan, settings.allow_gap).map_err(SourceError::from)?;
+    let mut state = match &chain {
+        Some(c) => {
+            let hash = settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files));
+            let next = crate::state::of_chain(&plan.exports, c, &[], hash);
+            if let Target::Path(out) = &settings.target
+                && let Some(prev) = crate::state::read_local(out)?
+                && crate::state::compare(&prev, &next, &out.display().to_string())?
+                    == crate::state::Compared::AlreadyApplied
+            {
+                let exports = next.applied.iter().map(|a| format!("`{}`", a.export_id)).collect::<Vec<_>>();
+                return Err(UnwindError::UpToDate {
+                    out: out.display().to_string(),
+                    exports: format!("export{} {}", if exports.len() == 1 { "" } else { "s" }, exports.join(", ")),
+                });
+            }
+            Some(next)
+        }
+        None => None,
+    };
+    let chain = match chain {
+        Some(c) => Some(chain::Applier::reduce(
+            c,
+            &mut plan,
+            &settings.type_attribute,
+            settings.mapping.clone(),
+            settings.max_line_bytes,
+            &scratch,
+        )?),
+        None => None,
+    };
+    if let (Some(st), Some(c)) = (&mut state, &chain) {
+        st.key_attributes = c.key_names.clone();
+    }
     if settings.strict
         && let Some(first) = integrity::manifest_mismatches(&plan).into_iter().next()
     {
@@ -201,7 +246,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let t_read = Instant::now();
     let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
-    let read = read::read_all(&plan, settings, mapped, &scratch, progress)?;
+    let read = read::read_all(&plan, settings, mapped, chain.as_ref(), &scratch, progress)?;
     let t_read = t_read.elapsed();
 
     progress.set_phase(Phase::Writing);
@@ -214,7 +259,18 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let mut warnings: Vec<String> = integrity.mismatches.iter().map(ToString::to_string).collect();
     warnings.extend(read.warnings.iter().cloned());
     warnings.extend(report::schema_warnings(&written));
-    let reconciliation = report::reconcile(&plan, &read, &written, integrity)?;
+    let chain_report = chain.as_ref().map(|c| c.report(&plan, &read.chain, &written.tables));
+    if let Some(c) = &chain {
+        warnings.extend(c.warnings.iter().cloned());
+        warnings.extend(c.chain.gaps.iter().map(|g| {
+            format!(
+                "gap of {:.3} s allowed by `--allow-gap`: `{}` covers up to {}, `{}` starts at {}; changes made in between are missing",
+                g.seconds, g.after, g.ends, g.before, g.starts
+            )
+        }));
+    }
+    let reconciliation =
+        report::reconcile(&plan, &read, &written, integrity, chain.as_ref().map(chain::Applier::current_file))?;
     let rejects = reconciliation.rejects;
 
     progress.set_phase(Phase::Committing);
@@ -243,6 +299,8 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             .as_deref()
             .zip(mapped_tables.as_ref())
             .map(|(m, t)| report::mapping(m, t, &read.entity_stats)),
+        chain: chain_report,
+        state,
         warnings,
         timings_ms: Timings {
             resolve: t_resolve.as_millis() as u64,

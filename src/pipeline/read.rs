@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::{info, info_span};
 
+use super::chain::{Applier, ChainRead, Role};
 use super::pool::{self, Stop};
 use super::progress::Progress;
 use super::spill;
@@ -68,6 +69,8 @@ pub struct ReadResult {
     pub spills: Vec<PathBuf>,
     pub reject_counts: BTreeMap<RejectReason, u64>,
     pub warnings: Vec<String>,
+    /// What a chain run saw of its changes (empty otherwise).
+    pub chain: ChainRead,
 }
 
 /// An inferred table's state in one worker.
@@ -102,6 +105,10 @@ struct Worker<'a> {
     reject_counts: BTreeMap<RejectReason, u64>,
     files: Vec<(usize, FileStats)>,
     warnings: Vec<String>,
+    /// The chain being applied, if any, and what this worker saw of it.
+    chain: Option<&'a Applier>,
+    chain_read: ChainRead,
+    role: Role,
     // The file being read.
     file: u32,
     file_rejects: u64,
@@ -116,6 +123,7 @@ impl<'a> Worker<'a> {
         worker: usize,
         settings: &'a UnwindSettings,
         mapped: Option<(&'a Mapping, &'a MappedTables)>,
+        chain: Option<&'a Applier>,
         scratch: &Path,
     ) -> Result<Self, UnwindError> {
         let spill_path = scratch.join(format!("spill-{worker}.bin"));
@@ -136,6 +144,9 @@ impl<'a> Worker<'a> {
             reject_counts: BTreeMap::new(),
             files: Vec::new(),
             warnings: Vec::new(),
+            chain,
+            chain_read: ChainRead::default(),
+            role: Role::Plain,
             file: 0,
             file_rejects: 0,
         })
@@ -165,6 +176,7 @@ impl<'a> Worker<'a> {
         let _span = info_span!("file", path = %f.display).entered();
         self.file = index as u32;
         self.file_rejects = 0;
+        self.role = self.chain.map_or(Role::Plain, |c| c.role(index));
         let max_line = self.settings.max_line_bytes;
         let mut framer = Framer::open(f, max_line, progress.bytes.clone())?;
         let format = framer.format();
@@ -208,6 +220,26 @@ impl<'a> Worker<'a> {
         raw: &[u8],
         f: &DataFile,
     ) -> Result<(), UnwindError> {
+        if let Some(chain) = self.chain {
+            match (self.role, record) {
+                // Applied before pass one.
+                (Role::Incremental, Record::Change(_)) => {
+                    self.chain_read.changes += 1;
+                    return Ok(());
+                }
+                (Role::Incremental, Record::Put(_)) => {
+                    return self.reject(&super::chain::item_in_incremental(), line, offset, raw, false, f);
+                }
+                (Role::Base, Record::Put(item)) => {
+                    if let Some(i) = chain.lookup(item) {
+                        self.chain_read.matched.push((i, chain.label(item)));
+                        self.chain_read.superseded += 1;
+                        return Ok(());
+                    }
+                }
+                _ => {}
+            }
+        }
         match self.normalizer.normalize(record) {
             Normalized::Inferred { entity: Some(name), item } => {
                 let file = self.file;
@@ -334,13 +366,14 @@ pub fn read_all(
     plan: &Plan,
     settings: &UnwindSettings,
     mapped: Option<(&Mapping, &MappedTables)>,
+    chain: Option<&Applier>,
     scratch: &Path,
     progress: &Progress,
 ) -> Result<ReadResult, UnwindError> {
     let workers = pool::run(
         settings.threads,
         plan.files.len(),
-        |w| Worker::new(w, settings, mapped, scratch),
+        |w| Worker::new(w, settings, mapped, chain, scratch),
         |worker, i, stop| worker.read_file(i, &plan.files[i], progress, stop),
     )?;
     let mut files = vec![FileStats::default(); plan.files.len()];
@@ -350,6 +383,7 @@ pub fn read_all(
     let mut spills = Vec::new();
     let mut reject_counts = BTreeMap::new();
     let mut warnings = Vec::new();
+    let mut chain_read = ChainRead::default();
     let mut entity_stats = vec![EntityStats::default(); mapped.map(|(m, _)| m.entities.len()).unwrap_or(0)];
     for mut w in workers {
         w.spill.flush().map_err(io_err("write", &w.spill_path))?;
@@ -369,8 +403,10 @@ pub fn read_all(
             *reject_counts.entry(k).or_default() += n;
         }
         warnings.extend(w.warnings);
+        chain_read.merge(w.chain_read);
     }
     warnings.sort();
+    chain_read.matched.sort();
     Ok(ReadResult {
         entity_stats,
         files,
@@ -380,5 +416,6 @@ pub fn read_all(
         spills,
         reject_counts,
         warnings,
+        chain: chain_read,
     })
 }

@@ -69,37 +69,51 @@ pub fn integrity(plan: &Plan, read: &ReadResult, allow_mismatch: bool) -> Integr
 
 /// Items read against rows and rejects written, with the integrity verdict. A run that does
 /// not balance is a bug in etl.
+///
+/// In a chain run, `current` is the plan index of the file of current images: its units are
+/// counted apart from the items read, and change records and superseded items balance too.
 pub fn reconcile(
     plan: &Plan,
     read: &ReadResult,
     written: &Written,
     integrity: Integrity,
+    current: Option<usize>,
 ) -> Result<Reconciliation, UnwindError> {
-    let items_read: u64 = read.files.iter().map(|s| s.digest.units).sum();
+    let units = |i: usize| read.files.get(i).map_or(0, |s| s.digest.units);
+    let current_images = current.map_or(0, units);
+    let items_read: u64 = read.files.iter().map(|s| s.digest.units).sum::<u64>() - current_images;
+    let changes_applied = read.chain.changes;
+    let superseded_items = read.chain.superseded;
     let rejects: u64 = read.reject_counts.values().sum();
     // Child tables hold rows exploded from their parents' items: not items of their own.
     let rows_written: u64 =
         written.tables.iter().filter(|t| t.name != REJECTS_TABLE && t.child_of.is_none()).map(|t| t.rows).sum();
     let rejects_rows: u64 = written.tables.iter().filter(|t| t.name == REJECTS_TABLE).map(|t| t.rows).sum();
-    let manifest_item_count = if !plan.files.is_empty() && plan.files.iter().all(|f| f.expected.is_some()) {
-        Some(plan.files.iter().filter_map(|f| f.expected.as_ref()).map(|e| e.item_count).sum())
-    } else {
-        None
-    };
+    let listed = |(i, _): &(usize, &crate::source::DataFile)| Some(*i) != current;
+    let manifest_item_count =
+        if !plan.files.is_empty() && plan.files.iter().enumerate().filter(listed).all(|(_, f)| f.expected.is_some()) {
+            Some(plan.files.iter().filter_map(|f| f.expected.as_ref()).map(|e| e.item_count).sum())
+        } else {
+            None
+        };
     let rec = Reconciliation {
         items_read,
         rows_written,
         rejects,
-        balanced: items_read == rows_written + rejects && rejects == rejects_rows,
+        balanced: items_read + current_images == rows_written + rejects + changes_applied + superseded_items
+            && rejects == rejects_rows,
         manifest_item_count,
         matches_manifest: manifest_item_count.map(|m| m == items_read),
         untyped_items: read.untyped.as_ref().map_or(0, |u| u.items),
+        changes_applied,
+        superseded_items,
+        current_images,
         integrity,
     };
     if !rec.balanced {
         return Err(UnwindError::Internal {
             message: format!(
-                "items do not reconcile: read {items_read}, wrote {rows_written} rows and {rejects_rows} rejects (counted {rejects})"
+                "items do not reconcile: read {items_read} (and {current_images} current images), wrote {rows_written} rows and {rejects_rows} rejects (counted {rejects}), applied {changes_applied} changes superseding {superseded_items} items"
             ),
         });
     }

@@ -61,6 +61,12 @@ pub struct RunManifest {
     /// Per mapping entity, when `--mapping` was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mapping: Option<MappingReport>,
+    /// What applying incremental exports did, when the run applied a chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainReport>,
+    /// The exports the output holds (chain runs); also copied to `_etl/state.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::state::RunState>,
     pub warnings: Vec<String>,
     pub timings_ms: Timings,
     /// Set by an object-store commit: the run's id, which its file names carry.
@@ -115,9 +121,73 @@ pub struct Reconciliation {
     pub manifest_item_count: Option<u64>,
     pub matches_manifest: Option<bool>,
     pub untyped_items: u64,
+    /// A chain run: change records read from incremental exports (applied, not rows).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changes_applied: u64,
+    /// A chain run: full-export items a change replaced or deleted (not rows).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub superseded_items: u64,
+    /// A chain run: current images of changed items read back as rows (not in `items_read`);
+    /// `items_read + current_images == rows_written + rejects + changes_applied + superseded_items`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub current_images: u64,
     /// Whether the output reconciles with the export's manifests, and every check that did not.
     #[serde(default)]
     pub integrity: Integrity,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What applying a chain (a full export and the incremental exports after it) did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChainReport {
+    /// The full export's id and `exportTime`.
+    pub full_export: String,
+    pub export_time: Option<String>,
+    /// The incremental exports in the order applied.
+    pub windows: Vec<WindowReport>,
+    /// Gaps between windows that `--allow-gap` let through.
+    pub gaps: Vec<crate::source::chain::Gap>,
+    pub key_attributes: Vec<String>,
+    /// Change records read (valid ones).
+    pub change_records: u64,
+    /// Distinct keys changed.
+    pub changed_keys: u64,
+    /// Full-export items replaced or deleted.
+    pub superseded_items: u64,
+    /// Per output table.
+    pub tables: BTreeMap<String, TableChanges>,
+    /// Deletes of keys that neither the full export nor an earlier change had.
+    pub unmatched_deletes: u64,
+    /// Keys inserted by one incremental export and deleted by a later one.
+    pub created_and_deleted: u64,
+}
+
+/// One applied incremental export.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowReport {
+    pub export: String,
+    pub from_time: String,
+    pub to_time: String,
+    pub output_view: Option<String>,
+    /// Change records applied from it.
+    pub records: u64,
+}
+
+/// One table's changes in a chain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableChanges {
+    pub inserts: u64,
+    pub updates: u64,
+    pub deletes: u64,
+    /// Deletes the mapping's key templates route here, of keys that were not there.
+    pub unmatched_deletes: u64,
+    /// Rows that came from another table because their type changed.
+    pub moved_in: u64,
+    /// Rows that went to another table because their type changed.
+    pub moved_out: u64,
 }
 
 /// The integrity verdict of a run: what was read against what the manifests promise.
@@ -306,6 +376,10 @@ pub fn write(dir: &Path, manifest: &RunManifest, schemas: &[TableSchema]) -> std
     for s in schemas {
         let text = serde_json::to_string_pretty(s).map_err(std::io::Error::other)?;
         std::fs::write(schema_dir.join(format!("{}.json", s.table)), text + "\n")?;
+    }
+    if let Some(state) = &manifest.state {
+        let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join(crate::state::STATE_FILE), text + "\n")?;
     }
     std::fs::write(dir.join(RUN_MANIFEST), manifest.to_bytes())
 }

@@ -39,6 +39,28 @@ pub struct ExportInfo {
     pub data_files: usize,
     pub summary_checksum: SideFileCheck,
     pub files_checksum: SideFileCheck,
+    /// An incremental export's window and view; `None` for a full export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+    /// `tableArn`: the table the export was taken of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_arn: Option<String>,
+    /// Base64 MD5 of the `manifest-summary.json` bytes read.
+    #[serde(default)]
+    pub summary_md5: String,
+    /// The export's data files: these indexes of [`super::Plan::files`].
+    #[serde(skip)]
+    pub files: std::ops::Range<usize>,
+}
+
+/// What an incremental export covers: changes from `exportFromTime` (inclusive) to
+/// `exportToTime` (exclusive), with `outputView`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub from_time: String,
+    pub to_time: String,
+    /// `NEW_AND_OLD_IMAGES` or `NEW_IMAGE`.
+    pub output_view: Option<String>,
 }
 
 /// `manifest-summary.json`, the fields etl uses.
@@ -53,6 +75,10 @@ struct ManifestSummary {
     item_count: Option<u64>,
     manifest_files_s3_key: Option<String>,
     s3_prefix: Option<String>,
+    table_arn: Option<String>,
+    export_from_time: Option<String>,
+    export_to_time: Option<String>,
+    output_view: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -291,11 +317,24 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
         value: preview(value),
         expected,
     };
-    match summary.export_type.as_deref() {
-        None | Some("FULL_EXPORT") => {}
-        Some("INCREMENTAL_EXPORT") => return Err(SourceError::IncrementalNotSupported { export: export_name }),
+    let window = match summary.export_type.as_deref() {
+        None | Some("FULL_EXPORT") => None,
+        Some("INCREMENTAL_EXPORT") => {
+            let missing =
+                |field: &'static str| SourceError::MissingSummaryField { path: summary_display.clone(), field };
+            let output_view = match summary.output_view.as_deref() {
+                None => None,
+                Some(v @ ("NEW_AND_OLD_IMAGES" | "NEW_IMAGE")) => Some(v.to_owned()),
+                Some(other) => return Err(unknown("outputView", other, "`NEW_AND_OLD_IMAGES` or `NEW_IMAGE`")),
+            };
+            Some(Window {
+                from_time: summary.export_from_time.clone().ok_or_else(|| missing("exportFromTime"))?,
+                to_time: summary.export_to_time.clone().ok_or_else(|| missing("exportToTime"))?,
+                output_view,
+            })
+        }
         Some(other) => return Err(unknown("exportType", other, "`FULL_EXPORT` or `INCREMENTAL_EXPORT`")),
-    }
+    };
     let output_format = match summary.output_format.as_deref() {
         None | Some("DYNAMODB_JSON") => "DYNAMODB_JSON".to_owned(),
         Some("ION") => "ION".to_owned(),
@@ -318,6 +357,7 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
         .map_err(|e| SourceError::BadManifest { path: files_display.clone(), message: e.to_string() })?;
     let mut total = 0u64;
     let mut count = 0usize;
+    let first_file = plan.files.len();
     // Root-relative key -> line, and (MD5, size) -> (line, key, items): a data file listed twice
     // would be read twice.
     let mut by_key: HashMap<String, usize> = HashMap::new();
@@ -404,6 +444,10 @@ pub(crate) fn resolve_export<T: Tree>(tree: &T, summary_path: &T::P, plan: &mut 
         data_files: count,
         summary_checksum,
         files_checksum,
+        window,
+        table_arn: summary.table_arn,
+        summary_md5: md5_base64(&summary_bytes),
+        files: first_file..plan.files.len(),
     });
     Ok(())
 }

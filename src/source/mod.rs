@@ -11,6 +11,7 @@
 //! (`dynamodb://TABLE`) are scanned into spool files first ([`live`]). This module knows nothing
 //! of Arrow or mappings.
 
+pub mod chain;
 pub mod frame;
 pub mod integrity;
 pub mod live;
@@ -139,6 +140,8 @@ pub enum SourceError {
     ManifestTooLarge { path: String, size: u64, max: u64 },
     #[error("`{path}` has `{field}: \"{value}\"`; expected {expected}")]
     UnknownSummaryValue { path: String, field: &'static str, value: String, expected: &'static str },
+    #[error("`{path}` has no `{field}`, which an incremental export's summary has")]
+    MissingSummaryField { path: String, field: &'static str },
     #[error("data file `{path}` listed in `{manifest}` line {line} is missing (integrity check)")]
     MissingDataFile { manifest: String, line: usize, path: String },
     #[error(
@@ -163,8 +166,6 @@ pub enum SourceError {
     ItemCountOverflow { manifest: String, line: usize },
     #[error("the item counts of all sources together overflow (more than {} items, at `{manifest}`)", u64::MAX)]
     TotalItemCountOverflow { manifest: String },
-    #[error("export `{export}` is an incremental export; incremental exports are not supported yet")]
-    IncrementalNotSupported { export: String },
     #[error(
         "`{manifest}` line {line} lists `{path}`, but the export's `outputFormat` is `{format}`, whose data files end in `{extension}`"
     )]
@@ -174,7 +175,7 @@ pub enum SourceError {
     #[error("no data files found under `{path}`")]
     NoDataFiles { path: String },
     #[error(
-        "`{path}` holds incremental export records (`{{\"Metadata\":…,\"Keys\":…}}`); incremental exports are not supported yet"
+        "`{path}` holds incremental export records (`{{\"Metadata\":…,\"Keys\":…}}`), which are read only through their export's manifests"
     )]
     IncrementalData { path: String },
     #[error("`{path}` does not look like DynamoDB data: {why}")]
@@ -183,6 +184,8 @@ pub enum SourceError {
     Scan { path: String, source: ScanError },
     #[error("`{path}` line {line}: scan output is not valid UTF-8")]
     ScanUtf8 { path: String, line: u64 },
+    #[error(transparent)]
+    Chain(#[from] chain::ChainError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -202,7 +205,10 @@ impl SourceError {
             SourceError::ItemCountOverflow { .. } | SourceError::TotalItemCountOverflow { .. } => {
                 Some("no table holds that many items; the manifest was edited or damaged: copy the export again".into())
             }
-            SourceError::ManifestTooLarge { .. } | SourceError::NotAFile { .. } | SourceError::UnknownSummaryValue { .. } => {
+            SourceError::ManifestTooLarge { .. }
+            | SourceError::NotAFile { .. }
+            | SourceError::UnknownSummaryValue { .. }
+            | SourceError::MissingSummaryField { .. } => {
                 Some("this is not a manifest AWS writes; copy the export again".into())
             }
             SourceError::VanishedDataFile { .. } => Some(
@@ -211,10 +217,11 @@ impl SourceError {
             SourceError::MissingDataFile { .. } => Some(
                 "copy the whole export folder, including every file named in `manifest-files.json` (for example with `aws s3 sync`)".into(),
             ),
-            SourceError::SeveralExports { .. } => Some("pass one export's folder (`…/AWSDynamoDB/<ExportId>`) or its `manifest-summary.json`".into()),
-            SourceError::IncrementalNotSupported { .. } | SourceError::IncrementalData { .. } => {
-                Some("unwind the full export on its own by passing its folder `…/AWSDynamoDB/<ExportId>`".into())
-            }
+            SourceError::SeveralExports { .. } => Some("pass one export's folder (`…/AWSDynamoDB/<ExportId>`) or its `manifest-summary.json`; a folder may hold one full export with the incremental exports that follow it".into()),
+            SourceError::IncrementalData { .. } => Some(
+                "name the incremental export's folder (`…/AWSDynamoDB/<ExportId>`) with its full export, or the folder holding `AWSDynamoDB/`".into(),
+            ),
+            SourceError::Chain(e) => e.hint(),
             SourceError::FormatMismatch { .. } => {
                 Some("the manifest or the data files were edited or mixed up; copy the export again".into())
             }
@@ -242,7 +249,7 @@ impl SourceError {
                 | SourceError::VanishedDataFile { .. }
                 | SourceError::DuplicateDataFile { .. }
                 | SourceError::DuplicateContent { .. }
-        )
+        ) || matches!(self, SourceError::Chain(e) if e.is_policy())
     }
 }
 
@@ -342,17 +349,16 @@ fn resolve_path(path: &Path, plan: &mut Plan) -> Result<(), SourceError> {
         summaries.sort();
         match summaries.len() {
             0 => {} // e.g. moto's export: data files without manifests; fall through to a listing.
-            1 => {
-                let tree = manifest::LocalTree::new(&summaries[0], manifest::Named::Root)?;
-                return manifest::resolve_export(&tree, &summaries[0], plan);
-            }
-            n => {
-                let list = summaries
-                    .iter()
-                    .filter_map(|s| s.parent()?.file_name().map(|n| format!("`{}`", n.to_string_lossy())))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(SourceError::SeveralExports { path: path.display().to_string(), count: n, list });
+            _ => {
+                // One full export and the incremental exports after it form a chain; two full
+                // exports do not.
+                let first = plan.exports.len();
+                for s in &summaries {
+                    let tree = manifest::LocalTree::new(s, manifest::Named::Root)?;
+                    manifest::resolve_export(&tree, s, plan)?;
+                }
+                let ids = |e: &ExportInfo| e.export_dir.rsplit(['/', '\\']).next().map(|n| format!("`{n}`"));
+                return several_full_exports(path.display().to_string(), &plan.exports[first..], ids);
             }
         }
     }
@@ -365,6 +371,20 @@ fn resolve_path(path: &Path, plan: &mut Plan) -> Result<(), SourceError> {
     for f in found {
         let display = f.display().to_string();
         plan.files.push(data_file(&f, display)?);
+    }
+    Ok(())
+}
+
+/// Refuses a folder whose exports (`exports`) hold more than one full export.
+pub(crate) fn several_full_exports(
+    path: String,
+    exports: &[ExportInfo],
+    id: impl Fn(&ExportInfo) -> Option<String>,
+) -> Result<(), SourceError> {
+    let full = exports.iter().filter(|e| e.window.is_none()).count();
+    if full > 1 {
+        let list = exports.iter().filter_map(id).collect::<Vec<_>>().join(", ");
+        return Err(SourceError::SeveralExports { path, count: exports.len(), list });
     }
     Ok(())
 }

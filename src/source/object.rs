@@ -141,8 +141,13 @@ impl Tree for ObjTree {
         })
     }
     fn locate(&self, p: &String) -> Result<Option<(Input, u64)>, SourceError> {
-        // List each export's folder once instead of one HEAD request per data file.
         let dir = self.parent(p);
+        // The shared `AWSDynamoDB/data/` folder of incremental exports holds every incremental
+        // export's files: never list it, ask for each file the manifest names.
+        if self.file_name(&dir) == "data" && self.file_name(&self.parent(&dir)) == "AWSDynamoDB" {
+            return Ok(self.head(p)?.map(|size| (self.input(p), size)));
+        }
+        // List each export's folder once instead of one HEAD request per data file.
         if self.listed.borrow_mut().insert(dir.clone()) {
             let metas = self.list_all(&format!("{dir}/"))?;
             let mut sizes = self.sizes.borrow_mut();
@@ -196,14 +201,13 @@ pub fn resolve_object(url: &ObjectUrl, aws: &AwsOptions, plan: &mut Plan) -> Res
         .collect();
     match summaries.len() {
         0 => {} // moto's export and bare folders of data files: take the data files listed.
-        1 => return resolve_export(&tree, &summaries[0], plan),
-        n => {
-            let list = summaries
-                .iter()
-                .map(|s| format!("`{}`", tree.file_name(&tree.parent(s))))
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(SourceError::SeveralExports { path: source.clone(), count: n, list });
+        _ => {
+            let first = plan.exports.len();
+            for s in &summaries {
+                resolve_export(&tree, s, plan)?;
+            }
+            let id = |e: &super::ExportInfo| e.export_dir.rsplit('/').next().map(|n| format!("`{n}`"));
+            return super::several_full_exports(source.clone(), &plan.exports[first..], id);
         }
     }
     let mut found = Vec::new();

@@ -440,9 +440,13 @@ fn cases() -> Vec<Case> {
         tamper("export_type_unknown", Want::Refused(2, &["exportType", "BACKUP_EXPORT"]), |_, e| {
             edit_summary(e, |s| s["exportType"] = json!("BACKUP_EXPORT"));
         }),
-        tamper("export_type_incremental", Want::Refused(2, &["incremental exports are not supported yet"]), |_, e| {
-            edit_summary(e, |s| s["exportType"] = json!("INCREMENTAL_EXPORT"));
-        }),
+        tamper(
+            "export_type_incremental",
+            Want::Refused(2, &["manifest-summary.json", "has no `exportFromTime`"]),
+            |_, e| {
+                edit_summary(e, |s| s["exportType"] = json!("INCREMENTAL_EXPORT"));
+            },
+        ),
         // Ion is read, but a summary flipped to `ION` no longer matches its `.json.gz` data files.
         tamper("output_format_ion", Want::Refused(2, &["`outputFormat` is `ION`", ".ion.gz"]), |_, e| {
             edit_summary(e, |s| s["outputFormat"] = json!("ION"));

@@ -1,0 +1,426 @@
+//! Applying a chain of exports in one run: the current state of a table from its full export and
+//! the incremental exports after it, as if a full export had been taken at the last window's end.
+//!
+//! Before pass one, the incremental exports are reduced into one final change per key
+//! ([`Applier::reduce`]): the last write wins, by `WriteTimestampMicros` and then by the order of
+//! the windows (an overlap repeats the same write). Memory is bounded by the keys changed, not by
+//! the table. The surviving new images are written, ordered by key, to one scratch file of
+//! `{"Item":…}` lines that pass one reads last, like any data file. In pass one, a full-export
+//! item whose key has a final change is superseded (not written, counted with its table), and
+//! change records are counted as applied. What happened per table (inserts, updates, deletes,
+//! rows that moved table because their type changed, deletes of keys that were not there) is
+//! assembled after pass one ([`Applier::report`]). Routing a key-only delete never guesses: its
+//! table is the table of the item it deletes, or, when no item has the key, the mapping's key
+//! templates say it or nobody does. This module wires stages; it parses no wire format itself.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use super::UnwindError;
+use super::walk::{Unit, unit};
+use crate::decode::{Item, Record, Value, write_item_json};
+use crate::mapping::Mapping;
+use crate::normalize::apply::{self, Route};
+use crate::normalize::naming::UNTYPED_TABLE;
+use crate::normalize::{Reject, RejectReason};
+use crate::sink::manifest::{ChainReport, TableChanges, TableReport, WindowReport};
+use crate::source::chain::{Chain, export_id};
+use crate::source::frame::{Frame, Framer};
+use crate::source::{DataFile, Input, Layout, Plan};
+
+/// What a plan file is to the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Not part of a chain (an ordinary run).
+    Plain,
+    /// A data file of the full export: its items may be superseded.
+    Base,
+    /// A data file of an incremental export: its change records were applied before pass one.
+    Incremental,
+    /// The scratch file of current images written by [`Applier::reduce`].
+    Current,
+}
+
+/// The table a row goes to, as routing decides before tables are named.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TableLabel {
+    /// A mapped entity's table.
+    Mapped(String),
+    /// An inferred table, by type value.
+    Entity(Arc<str>),
+    Untyped,
+}
+
+/// One key's final change.
+#[derive(Debug)]
+struct Final {
+    write_time: i64,
+    /// Position of the export in the chain's application order.
+    export: usize,
+    /// The `{"Item":…}` line of the new image; `None` for a delete.
+    line: Option<String>,
+    new_table: Option<TableLabel>,
+    /// For a delete: the table the mapping's key templates give the keys, if any.
+    keys_table: Option<TableLabel>,
+    /// An earlier change of this key in the chain had a new image.
+    had_image: bool,
+}
+
+/// The chain reduced to final changes, and what pass one needs to apply them.
+pub struct Applier {
+    pub chain: Chain,
+    /// Key attribute names, sorted, from the change records' `Keys`.
+    pub key_names: Vec<String>,
+    index: HashMap<Box<[u8]>, u32>,
+    finals: Vec<Final>,
+    roles: Vec<Role>,
+    type_attribute: String,
+    mapping: Option<Arc<Mapping>>,
+    /// Valid change records read.
+    pub change_records: u64,
+    /// Per export in application order: change records read.
+    per_export: Vec<u64>,
+    pub warnings: Vec<String>,
+}
+
+/// What pass one saw of the chain, merged over workers.
+#[derive(Debug, Default, Clone)]
+pub struct ChainRead {
+    /// Final changes whose key a full-export item had, with that item's table.
+    pub matched: Vec<(u32, TableLabel)>,
+    /// Change records read in pass one.
+    pub changes: u64,
+    /// Full-export items replaced or deleted by a change.
+    pub superseded: u64,
+}
+
+impl ChainRead {
+    pub fn merge(&mut self, o: ChainRead) {
+        self.matched.extend(o.matched);
+        self.changes += o.changes;
+        self.superseded += o.superseded;
+    }
+}
+
+/// The key of an item as map key: each key attribute's name, type and exact value (numbers in
+/// canonical form), length-prefixed; `None` when the item lacks a key attribute or a key is not
+/// of a key type.
+pub fn key_bytes(names: &[String], item: &Item<'_>) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(32);
+    for name in names {
+        let (_, v) = item.iter().find(|(k, _)| k == name.as_str())?;
+        let bytes: &[u8] = match v {
+            Value::S(s) => s.as_bytes(),
+            Value::N(n) => n.as_str().as_bytes(),
+            Value::B(b) => b,
+            _ => return None,
+        };
+        out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(v.tag().key().as_bytes());
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    Some(out)
+}
+
+/// The table an item goes to, decided as the normalizer routes it.
+pub fn route_label(type_attribute: &str, mapping: Option<&Mapping>, item: &Item<'_>) -> TableLabel {
+    if let Some(m) = mapping
+        && let Route::Entity(ei) = apply::route(m, item)
+    {
+        return TableLabel::Mapped(m.entities[ei].table.clone());
+    }
+    match item.iter().find(|(k, _)| k == type_attribute).map(|(_, v)| v) {
+        Some(Value::S(s)) => TableLabel::Entity(Arc::from(s.as_ref())),
+        _ => TableLabel::Untyped,
+    }
+}
+
+/// The reject for an `{"Item":…}` line inside an incremental export.
+pub fn item_in_incremental() -> Reject {
+    Reject {
+        reason: RejectReason::NotAnItem,
+        attribute: String::new(),
+        message: "an `Item` line in an incremental export, where change records are expected".into(),
+        offset: 0,
+    }
+}
+
+/// Where the current images are written inside the scratch folder.
+const CURRENT_FILE: &str = "chain-current.jsonl";
+
+impl Applier {
+    /// Reads every incremental export of `chain` in order, reduces its change records to one
+    /// final change per key, and appends the file of current images to `plan`. Rejected lines are
+    /// skipped here; pass one reads the same files and records them.
+    pub fn reduce(
+        chain: Chain,
+        plan: &mut Plan,
+        type_attribute: &str,
+        mapping: Option<Arc<Mapping>>,
+        max_line_bytes: usize,
+        scratch: &Path,
+    ) -> Result<Applier, UnwindError> {
+        let mut a = Applier {
+            key_names: Vec::new(),
+            index: HashMap::new(),
+            finals: Vec::new(),
+            roles: vec![Role::Plain; plan.files.len()],
+            type_attribute: type_attribute.to_owned(),
+            mapping,
+            change_records: 0,
+            per_export: vec![0; chain.incrementals.len()],
+            warnings: Vec::new(),
+            chain,
+        };
+        for i in plan.exports[a.chain.full].files.clone() {
+            a.roles[i] = Role::Base;
+        }
+        let progress = Arc::new(AtomicU64::new(0));
+        for pos in 0..a.chain.incrementals.len() {
+            let files = plan.exports[a.chain.incrementals[pos]].files.clone();
+            for i in files {
+                a.roles[i] = Role::Incremental;
+                a.read_file(pos, &plan.files[i], max_line_bytes, &progress)?;
+            }
+        }
+        a.write_current(plan, scratch)?;
+        Ok(a)
+    }
+
+    fn read_file(
+        &mut self,
+        pos: usize,
+        f: &DataFile,
+        max_line_bytes: usize,
+        progress: &Arc<AtomicU64>,
+    ) -> Result<(), UnwindError> {
+        let mut framer = Framer::open(f, max_line_bytes, progress.clone())?;
+        let format = framer.format();
+        while let Some(frame) = framer.next_frame() {
+            let corrupt = matches!(frame, Frame::Corrupt { .. });
+            if let Unit::Record { record: Record::Change(c), line, .. } = unit(format, frame, max_line_bytes) {
+                self.change(pos, &c, &f.display, line);
+            }
+            if corrupt {
+                break;
+            }
+        }
+        // Checks and warnings about the file are pass one's, which reads it again.
+        let _ = framer.finish(&f.display);
+        Ok(())
+    }
+
+    fn change(&mut self, pos: usize, c: &crate::decode::Change<'_>, file: &str, line: u64) {
+        let mut names: Vec<String> = c.keys.iter().map(|(k, _)| k.to_string()).collect();
+        names.sort();
+        if self.key_names.is_empty() {
+            self.key_names = names;
+        } else if names != self.key_names {
+            self.warnings.push(format!(
+                "`{file}` line {line}: the change record's key attributes ({}) are not the table's ({}); it was not applied",
+                names.join(", "),
+                self.key_names.join(", ")
+            ));
+            return;
+        }
+        let Some(key) = key_bytes(&self.key_names, &c.keys) else {
+            self.warnings.push(format!("`{file}` line {line}: a key attribute is not a string, number or binary; the change record was not applied"));
+            return;
+        };
+        self.change_records += 1;
+        self.per_export[pos] += 1;
+        let mapping = self.mapping.as_deref();
+        let new_table = c.new.as_ref().map(|n| route_label(&self.type_attribute, mapping, n));
+        let keys_table = match (&c.new, mapping) {
+            (None, Some(m)) => match apply::route(m, &c.keys) {
+                Route::Entity(ei) => Some(TableLabel::Mapped(m.entities[ei].table.clone())),
+                _ => None,
+            },
+            _ => None,
+        };
+        let line_text = c.new.as_ref().map(|n| {
+            let mut s = String::with_capacity(256);
+            s.push_str("{\"Item\":");
+            write_item_json(n, &mut s);
+            s.push('}');
+            s
+        });
+        let next = Final {
+            write_time: c.write_time_micros,
+            export: pos,
+            line: line_text,
+            new_table,
+            keys_table,
+            had_image: false,
+        };
+        match self.index.get(key.as_slice()) {
+            Some(&i) => {
+                let old = &mut self.finals[i as usize];
+                // Last write wins; the same write seen twice (overlapping windows): the later window.
+                if (next.write_time, next.export) >= (old.write_time, old.export) {
+                    let had_image = old.had_image || old.line.is_some();
+                    *old = Final { had_image, ..next };
+                } else if next.line.is_some() {
+                    old.had_image = true;
+                }
+            }
+            None => {
+                self.index.insert(key.into_boxed_slice(), self.finals.len() as u32);
+                self.finals.push(next);
+            }
+        }
+    }
+
+    /// Writes the surviving new images, ordered by key, and adds their file to `plan`.
+    fn write_current(&mut self, plan: &mut Plan, scratch: &Path) -> Result<(), UnwindError> {
+        let path = scratch.join(CURRENT_FILE);
+        let io = |action: &'static str| {
+            let p = path.display().to_string();
+            move |source| UnwindError::Io { action, path: p, source }
+        };
+        let mut keys: Vec<(&[u8], u32)> = self.index.iter().map(|(k, &i)| (k.as_ref(), i)).collect();
+        keys.sort_unstable();
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io("create"))?);
+        let mut images = 0u64;
+        for (_, i) in keys {
+            if let Some(line) = &self.finals[i as usize].line {
+                w.write_all(line.as_bytes()).and_then(|_| w.write_all(b"\n")).map_err(io("write"))?;
+                images += 1;
+            }
+        }
+        w.flush().map_err(io("write"))?;
+        drop(w);
+        let size = std::fs::metadata(&path).map_err(io("read"))?.len();
+        self.roles.push(Role::Current);
+        plan.files.push(DataFile {
+            input: Input::Path(path),
+            display: format!("<current images from {} incremental exports: {images}>", self.chain.incrementals.len()),
+            gzip: false,
+            layout: Layout::ExportLines,
+            size,
+            expected: None,
+        });
+        Ok(())
+    }
+
+    /// What plan file `i` is to the chain.
+    pub fn role(&self, i: usize) -> Role {
+        self.roles.get(i).copied().unwrap_or(Role::Plain)
+    }
+
+    /// The plan index of the file of current images.
+    pub fn current_file(&self) -> usize {
+        self.roles.len() - 1
+    }
+
+    /// The final change of a full-export item's key, if it has one.
+    pub fn lookup(&self, item: &Item<'_>) -> Option<u32> {
+        if self.index.is_empty() {
+            return None;
+        }
+        let key = key_bytes(&self.key_names, item)?;
+        self.index.get(key.as_slice()).copied()
+    }
+
+    /// The table a full-export item is routed to.
+    pub fn label(&self, item: &Item<'_>) -> TableLabel {
+        route_label(&self.type_attribute, self.mapping.as_deref(), item)
+    }
+
+    /// The chain's part of the run report.
+    pub fn report(&self, plan: &Plan, read: &ChainRead, tables: &[TableReport]) -> ChainReport {
+        let name = |l: &TableLabel| match l {
+            TableLabel::Mapped(t) => t.clone(),
+            TableLabel::Untyped => UNTYPED_TABLE.to_owned(),
+            TableLabel::Entity(e) => tables
+                .iter()
+                .find(|t| t.child_of.is_none() && t.entity.as_deref() == Some(e.as_ref()))
+                .map(|t| t.name.clone())
+                .unwrap_or_else(|| crate::normalize::naming::snake_case(e)),
+        };
+        let mut base: Vec<Option<&TableLabel>> = vec![None; self.finals.len()];
+        for (i, l) in &read.matched {
+            if let Some(b) = base.get_mut(*i as usize) {
+                *b = Some(l);
+            }
+        }
+        let mut per: BTreeMap<String, TableChanges> = BTreeMap::new();
+        let mut unmatched = 0;
+        let mut transient = 0;
+        for (f, b) in self.finals.iter().zip(base) {
+            match (b, &f.new_table) {
+                (Some(b), Some(n)) if b == n => per.entry(name(b)).or_default().updates += 1,
+                (Some(b), Some(n)) => {
+                    per.entry(name(b)).or_default().moved_out += 1;
+                    per.entry(name(n)).or_default().moved_in += 1;
+                }
+                (Some(b), None) => per.entry(name(b)).or_default().deletes += 1,
+                (None, Some(n)) => per.entry(name(n)).or_default().inserts += 1,
+                (None, None) if f.had_image => transient += 1,
+                (None, None) => {
+                    unmatched += 1;
+                    if let Some(t) = &f.keys_table {
+                        per.entry(name(t)).or_default().unmatched_deletes += 1;
+                    }
+                }
+            }
+        }
+        let full = &plan.exports[self.chain.full];
+        ChainReport {
+            full_export: export_id(full),
+            export_time: full.export_time.clone(),
+            windows: self
+                .chain
+                .incrementals
+                .iter()
+                .zip(&self.per_export)
+                .map(|(&i, &records)| {
+                    let e = &plan.exports[i];
+                    let w = e.window.clone().unwrap_or_else(|| crate::source::manifest::Window {
+                        from_time: String::new(),
+                        to_time: String::new(),
+                        output_view: None,
+                    });
+                    WindowReport {
+                        export: export_id(e),
+                        from_time: w.from_time,
+                        to_time: w.to_time,
+                        output_view: w.output_view,
+                        records,
+                    }
+                })
+                .collect(),
+            gaps: self.chain.gaps.clone(),
+            key_attributes: self.key_names.clone(),
+            change_records: self.change_records,
+            changed_keys: self.finals.len() as u64,
+            superseded_items: read.superseded,
+            tables: per,
+            unmatched_deletes: unmatched,
+            created_and_deleted: transient,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::json::put_line;
+
+    #[test]
+    fn keys_are_exact_and_canonical() {
+        let names = vec!["PK".to_owned(), "SK".to_owned()];
+        let a = put_line(r#"{"Item":{"SK":{"N":"1.50"},"PK":{"S":"a"},"x":{"S":"1"}}}"#);
+        let b = put_line(r#"{"Item":{"PK":{"S":"a"},"SK":{"N":"1.5"}}}"#);
+        let c = put_line(r#"{"Item":{"PK":{"S":"a"},"SK":{"S":"1.5"}}}"#);
+        let d = put_line(r#"{"Item":{"PK":{"S":"a"}}}"#);
+        assert_eq!(key_bytes(&names, &a), key_bytes(&names, &b));
+        assert_ne!(key_bytes(&names, &b), key_bytes(&names, &c));
+        assert_eq!(key_bytes(&names, &d), None);
+    }
+}

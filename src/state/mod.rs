@@ -1,0 +1,225 @@
+//! Run state for scheduled jobs: which exports an output holds, as [`RunState`], recorded in the
+//! commit record (`_etl/run.json`, written last and, on S3, conditionally) and copied to
+//! `_etl/state.json` for people and scripts.
+//!
+//! A run that applies a chain of exports compares its exports with the state of the output it
+//! replaces ([`compare`]): the same exports again are a no-op, exports older than those applied
+//! are refused. This module reads the previous state and compares; it never decides what a run
+//! does with the answer, and it writes nothing itself (the sink publishes the state with the
+//! output).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::source::ExportInfo;
+use crate::source::chain::{Chain, export_id};
+
+/// Where the readable copy of the state lives inside an output.
+pub const STATE_FILE: &str = "_etl/state.json";
+/// The most bytes a state file is read from.
+const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What an output holds: the table, its key, the mapping used, and every export applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    pub version: u32,
+    pub table_arn: Option<String>,
+    /// The table's key attribute names, from the change records' `Keys`.
+    pub key_attributes: Vec<String>,
+    /// Base64 MD5 of the mapping files' bytes, in order; `None` without a mapping.
+    pub mapping_hash: Option<String>,
+    /// The full export, then the incremental exports in the order applied.
+    pub applied: Vec<AppliedExport>,
+}
+
+/// One export an output holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedExport {
+    pub export_id: String,
+    pub incremental: bool,
+    /// A full export's `exportTime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_time: Option<String>,
+    /// An incremental export's window and view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_view: Option<String>,
+    /// The summary's `itemCount` (items, or change records).
+    pub item_count: u64,
+    /// Base64 MD5 of its `manifest-summary.json`.
+    pub manifest_md5: String,
+}
+
+impl AppliedExport {
+    fn of(e: &ExportInfo) -> AppliedExport {
+        AppliedExport {
+            export_id: export_id(e),
+            incremental: e.window.is_some(),
+            export_time: e.export_time.clone(),
+            from_time: e.window.as_ref().map(|w| w.from_time.clone()),
+            to_time: e.window.as_ref().map(|w| w.to_time.clone()),
+            output_view: e.window.as_ref().and_then(|w| w.output_view.clone()),
+            item_count: e.summary_item_count,
+            manifest_md5: e.summary_md5.clone(),
+        }
+    }
+
+    /// Up to when the export covers the table: its window's end, or its `exportTime`.
+    fn covers_until(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let t = self.to_time.as_deref().or(self.export_time.as_deref())?;
+        chrono::DateTime::parse_from_rfc3339(t).ok().map(|t| t.with_timezone(&chrono::Utc))
+    }
+}
+
+/// Why a state cannot be used, or a run cannot go on from it.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot read `{path}`: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("`{path}` is not an etl run state: {message}")]
+    Invalid { path: String, message: String },
+    #[error(
+        "the exports named end at {named}, before the exports `{out}` already holds (up to {applied}, export `{last}`); applying them would undo newer changes"
+    )]
+    Older { out: String, named: String, applied: String, last: String },
+}
+
+impl StateError {
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            StateError::Older { .. } => Some(
+                "name the exports taken after the last one applied (see `_etl/state.json`), or write to another `--out`".into(),
+            ),
+            StateError::Invalid { .. } => Some("the file was edited or damaged; remove the output and unwind again".into()),
+            StateError::Io { .. } => None,
+        }
+    }
+}
+
+/// The state of an output made from `chain` of `exports`.
+pub fn of_chain(
+    exports: &[ExportInfo],
+    chain: &Chain,
+    key_attributes: &[String],
+    mapping_hash: Option<String>,
+) -> RunState {
+    let full = &exports[chain.full];
+    let mut applied = vec![AppliedExport::of(full)];
+    applied.extend(chain.incrementals.iter().map(|&i| AppliedExport::of(&exports[i])));
+    RunState {
+        version: 1,
+        table_arn: full.table_arn.clone(),
+        key_attributes: key_attributes.to_vec(),
+        mapping_hash,
+        applied,
+    }
+}
+
+/// The state of the local output `out`, `None` when it has none.
+pub fn read_local(out: &Path) -> Result<Option<RunState>, StateError> {
+    use std::io::Read as _;
+    let path = out.join(STATE_FILE);
+    let display = path.display().to_string();
+    let mut bytes = Vec::new();
+    match std::fs::File::open(&path) {
+        Ok(f) => f
+            .take(MAX_STATE_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(|source| StateError::Io { path: display.clone(), source })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(StateError::Io { path: display, source }),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| StateError::Invalid { path: display, message: e.to_string() })
+}
+
+/// What a run's exports are to an output's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compared {
+    /// Something to apply.
+    New,
+    /// Every export named is already applied: nothing to do.
+    AlreadyApplied,
+}
+
+/// Compares the state a run would publish (`next`) with the output's (`prev`, at `out`).
+pub fn compare(prev: &RunState, next: &RunState, out: &str) -> Result<Compared, StateError> {
+    if prev.table_arn != next.table_arn {
+        return Ok(Compared::New);
+    }
+    let held =
+        |a: &AppliedExport| prev.applied.iter().any(|p| p.export_id == a.export_id && p.manifest_md5 == a.manifest_md5);
+    if next.applied.iter().all(held) {
+        return Ok(Compared::AlreadyApplied);
+    }
+    let until = latest;
+    if let (Some((p, last)), Some((n, _))) = (until(prev), until(next))
+        && n < p
+    {
+        let fmt = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        return Err(StateError::Older {
+            out: out.to_owned(),
+            named: fmt(n),
+            applied: fmt(p),
+            last: last.export_id.clone(),
+        });
+    }
+    Ok(Compared::New)
+}
+
+/// The export of `s` that covers the table the latest, and until when.
+fn latest(s: &RunState) -> Option<(chrono::DateTime<chrono::Utc>, &AppliedExport)> {
+    s.applied.iter().filter_map(|a| a.covers_until().map(|t| (t, a))).max_by_key(|(t, _)| *t)
+}
+
+/// Base64 MD5 over the mapping files' bytes, in order; `None` when one cannot be read.
+pub fn mapping_hash(files: &[std::path::PathBuf]) -> Option<String> {
+    use md5::Digest as _;
+    let mut h = md5::Md5::new();
+    for f in files {
+        h.update(std::fs::read(f).ok()?);
+    }
+    Some(crate::source::md5_base64_digest(&h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(id: &str, to: &str) -> AppliedExport {
+        AppliedExport {
+            export_id: id.into(),
+            incremental: true,
+            export_time: None,
+            from_time: Some("2026-01-14T10:00:00Z".into()),
+            to_time: Some(to.into()),
+            output_view: None,
+            item_count: 1,
+            manifest_md5: format!("md5-{id}"),
+        }
+    }
+
+    fn state(a: Vec<AppliedExport>) -> RunState {
+        RunState { version: 1, table_arn: Some("t".into()), key_attributes: vec![], mapping_hash: None, applied: a }
+    }
+
+    #[test]
+    fn same_exports_are_a_no_op_and_older_ones_are_refused() {
+        let prev = state(vec![applied("a", "2026-01-14T10:30:00Z"), applied("b", "2026-01-14T11:00:00Z")]);
+        assert_eq!(compare(&prev, &prev.clone(), "o").unwrap(), Compared::AlreadyApplied);
+        let newer = state(vec![applied("a", "2026-01-14T10:30:00Z"), applied("c", "2026-01-14T12:00:00Z")]);
+        assert_eq!(compare(&prev, &newer, "o").unwrap(), Compared::New);
+        let older = state(vec![applied("z", "2026-01-14T10:45:00Z")]);
+        let e = compare(&prev, &older, "o").unwrap_err();
+        assert!(matches!(e, StateError::Older { .. }) && e.to_string().contains("export `b`"), "{e}");
+        // An export with the same id but other manifest bytes is not the one applied.
+        let mut edited = prev.clone();
+        edited.applied[1].manifest_md5 = "other".into();
+        assert_eq!(compare(&prev, &edited, "o").unwrap(), Compared::New);
+        let json = serde_json::to_string(&prev).unwrap();
+        assert_eq!(serde_json::from_str::<RunState>(&json).unwrap(), prev);
+    }
+}

@@ -1,0 +1,369 @@
+//! A full export and the incremental exports after it, applied in one run: the result must equal
+//! unwinding a full export of the final state (built here from the test's own model of the
+//! table), and the chain's checks (gaps, other tables, lone incrementals) refuse what they must.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value as Json, json};
+
+use crate::common::*;
+
+const TABLE: &str = "arn:aws:dynamodb:eu-west-1:111122223333:table/t";
+const T0: &str = "2026-09-01T08:00:00.000Z";
+
+fn summary(id: &str, table: &str, items: u64, extra: Json) -> String {
+    let mut s = json!({
+        "version": "2020-06-30", "exportArn": format!("{table}/export/{id}"),
+        "startTime": "2026-09-01T08:00:00.000Z", "endTime": "2026-09-01T08:06:12.345Z", "tableArn": table,
+        "tableId": "00000000-1111-2222-3333-444444444444", "s3Bucket": "b", "s3Prefix": null,
+        "s3SseAlgorithm": "AES256", "s3SseKmsKeyId": null, "manifestFilesS3Key": format!("AWSDynamoDB/{id}/manifest-files.json"),
+        "billedSizeBytes": 0, "itemCount": items, "outputFormat": "DYNAMODB_JSON"
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    s.to_string()
+}
+
+/// Writes one export under `root`: its lines in one data file (plus an empty one, as AWS does),
+/// in `AWSDynamoDB/<id>/data/` for a full export and in the shared `AWSDynamoDB/data/` for an
+/// incremental one.
+fn write(root: &Path, id: &str, table: &str, lines: &[String], extra: Json) -> PathBuf {
+    let export = root.join("AWSDynamoDB").join(id);
+    let incremental = extra.get("exportType").is_some();
+    let data = if incremental { root.join("AWSDynamoDB/data") } else { export.join("data") };
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&export).unwrap();
+    let prefix = if incremental { "AWSDynamoDB/data".to_owned() } else { format!("AWSDynamoDB/{id}/data") };
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    let mut manifest = String::new();
+    let tag = id.rsplit('-').next().unwrap();
+    for (n, (bytes, count)) in [(gzip(text.as_bytes()), lines.len()), (gzip(b""), 0)].into_iter().enumerate() {
+        let key = format!("{prefix}/{tag}{n}abcdefghijklmnopq.json.gz");
+        std::fs::write(root.join(&key), &bytes).unwrap();
+        manifest.push_str(
+            &json!({"itemCount": count, "md5Checksum": md5_b64(&bytes), "etag": "0-1", "dataFileS3Key": key})
+                .to_string(),
+        );
+        manifest.push('\n');
+    }
+    std::fs::write(export.join("manifest-files.json"), &manifest).unwrap();
+    std::fs::write(export.join("manifest-files.md5"), md5_b64(manifest.as_bytes())).unwrap();
+    let s = summary(id, table, lines.len() as u64, extra);
+    std::fs::write(export.join("manifest-summary.json"), &s).unwrap();
+    std::fs::write(export.join("manifest-summary.md5"), md5_b64(s.as_bytes())).unwrap();
+    std::fs::write(export.join("_started"), "").unwrap();
+    export
+}
+
+fn full(root: &Path, id: &str, items: &[Json]) -> PathBuf {
+    let lines: Vec<String> = items.iter().map(|i| json!({ "Item": i }).to_string()).collect();
+    write(root, id, TABLE, &lines, json!({ "exportTime": T0 }))
+}
+
+fn incremental(root: &Path, id: &str, table: &str, window: (&str, &str), view: &str, lines: &[String]) -> PathBuf {
+    let extra = json!({
+        "version": "2023-08-01", "exportFromTime": window.0, "exportToTime": window.1,
+        "outputView": view, "exportType": "INCREMENTAL_EXPORT"
+    });
+    write(root, id, table, lines, extra)
+}
+
+fn item(pk: &str, sk: &str, attrs: Json) -> Json {
+    let mut i = json!({ "PK": { "S": pk }, "SK": { "S": sk } });
+    for (k, v) in attrs.as_object().unwrap() {
+        i[k] = v.clone();
+    }
+    i
+}
+
+fn keys(i: &Json) -> Json {
+    json!({ "PK": i["PK"], "SK": i["SK"] })
+}
+
+fn wt(n: u64) -> Json {
+    json!({ "WriteTimestampMicros": { "N": (1_788_249_600_000_000u64 + n).to_string() } })
+}
+
+/// A change record: `old` only in `NEW_AND_OLD_IMAGES` exports; `new` absent for a delete.
+fn change(t: u64, k: &Json, old: Option<&Json>, new: Option<&Json>) -> String {
+    let mut c = json!({ "Metadata": wt(t), "Keys": keys(k) });
+    if let Some(o) = old {
+        c["OldImage"] = o.clone();
+    }
+    if let Some(n) = new {
+        c["NewImage"] = n.clone();
+    }
+    c.to_string()
+}
+
+/// Every table folder of an output but `_rejects`, with its canonical rows.
+fn tables(out: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut t = BTreeMap::new();
+    for e in std::fs::read_dir(out).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.is_dir() && name != "_etl" && name != "_rejects" {
+            t.insert(name, canonical_rows(&p));
+        }
+    }
+    t
+}
+
+fn s(v: &str) -> Json {
+    json!({ "S": v })
+}
+fn n(v: &str) -> Json {
+    json!({ "N": v })
+}
+
+#[test]
+fn a_chain_equals_a_full_export_of_the_final_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("bucket");
+    let u = |id: &str, extra: Json| item(&format!("USER#{id}"), "PROFILE", extra);
+    let u1 = u("1", json!({ "Type": s("User"), "name": s("a"), "age": n("1") }));
+    let u2 = u("2", json!({ "Type": s("User"), "name": s("b") }));
+    let u3 = u("3", json!({ "Type": s("User"), "name": s("c") }));
+    let o1 = item("ORDER#1", "X", json!({ "Type": s("Order"), "total": n("5") }));
+    let o2 = item("ORDER#2", "X", json!({ "Type": s("Order"), "total": n("7.5"), "note": s("gift") }));
+    let n1 = item("THING#1", "X", json!({ "what": s("untyped") }));
+    full(&root, "01788249600000-aaaaaaaa", &[u1.clone(), u2.clone(), u3.clone(), o1.clone(), o2.clone(), n1.clone()]);
+
+    // Window 1 starts before the full export (an overlap), with both images.
+    let u1b = u("1", json!({ "Type": s("User"), "name": s("a2"), "age": n("1") }));
+    let u4 = u("4", json!({ "Type": s("User"), "name": s("d"), "age": n("40") }));
+    let u5 = u("5", json!({ "Type": s("User"), "name": s("e") }));
+    let o2b = item("ORDER#2", "X", json!({ "Type": s("Order"), "total": n("7.50") }));
+    let u3b = u("3", json!({ "Type": s("Admin"), "name": s("c"), "level": n("9") }));
+    incremental(
+        &root,
+        "01788249300000-bbbbbbbb",
+        TABLE,
+        ("2026-09-01T07:55:00.000Z", "2026-09-01T08:15:00.000Z"),
+        "NEW_AND_OLD_IMAGES",
+        &[
+            change(100, &u1, Some(&u1), Some(&u1b)),
+            change(110, &u4, None, Some(&u4)),
+            change(120, &u5, None, Some(&u5)),
+            change(130, &o2, Some(&o2), Some(&o2b)),
+            change(140, &u3, Some(&u3), Some(&u3b)),
+        ],
+    );
+    // Window 2: NEW_IMAGE, deletes carry only keys; one deletes a key that never was.
+    let u1c = u("1", json!({ "Type": s("User"), "name": s("a3") }));
+    let u4b = u("4", json!({ "Type": s("User"), "name": s("d"), "age": n("41") }));
+    let ghost = u("404", json!({}));
+    incremental(
+        &root,
+        "01788250500000-cccccccc",
+        TABLE,
+        ("2026-09-01T08:15:00.000Z", "2026-09-01T08:30:00.000Z"),
+        "NEW_IMAGE",
+        &[
+            change(200, &o1, None, None),
+            change(210, &u5, None, None),
+            change(220, &ghost, None, None),
+            change(230, &u1, None, Some(&u1c)),
+            change(240, &u4, None, Some(&u4b)),
+        ],
+    );
+    // Window 3 overlaps window 2: it repeats a write, changes one more item, and holds three
+    // change records no export could hold.
+    let u2b = u("2", json!({ "Type": s("User"), "name": s("b2"), "tags": { "SS": ["x", "y"] } }));
+    incremental(
+        &root,
+        "01788251400000-dddddddd",
+        TABLE,
+        ("2026-09-01T08:20:00.000Z", "2026-09-01T08:45:00.000Z"),
+        "NEW_IMAGE",
+        &[
+            change(230, &u1, None, Some(&u1c)),
+            change(300, &u2, None, Some(&u2b)),
+            json!({ "Metadata": wt(301), "Keys": {}, "NewImage": u2b }).to_string(),
+            json!({ "Metadata": wt(302), "Keys": keys(&u2), "NewImage": u4b }).to_string(),
+            json!({ "Metadata": { "WriteTimestampMicros": { "S": "soon" } }, "Keys": keys(&u2) }).to_string(),
+        ],
+    );
+
+    let out = tmp.path().join("out");
+    let run = unwind(&[&root], &out, &[], 0);
+    assert!(
+        run.stderr.contains("applied 3 incremental exports to full export `01788249600000-aaaaaaaa`"),
+        "{}",
+        run.stderr
+    );
+
+    // The final state, from the test's own model, unwound as a full export.
+    let want = [u1c, u2b, u3b, o2b, n1, u4b];
+    let reference = tmp.path().join("reference");
+    full(&reference, "01788252300000-eeeeeeee", &want);
+    let ref_out = tmp.path().join("ref_out");
+    unwind(&[&reference], &ref_out, &[], 0);
+    let got = tables(&out);
+    assert_eq!(got, tables(&ref_out));
+    assert_eq!(got.keys().cloned().collect::<Vec<_>>(), ["_untyped", "admin", "order", "user"]);
+    assert_eq!(got["user"].len(), 3);
+
+    let report = run_report(&out);
+    let c = &report["chain"];
+    assert_eq!(c["full_export"], "01788249600000-aaaaaaaa");
+    let windows: Vec<&str> = c["windows"].as_array().unwrap().iter().map(|w| w["export"].as_str().unwrap()).collect();
+    assert_eq!(windows, ["01788249300000-bbbbbbbb", "01788250500000-cccccccc", "01788251400000-dddddddd"]);
+    assert_eq!(c["windows"][1]["output_view"], "NEW_IMAGE");
+    assert_eq!(c["key_attributes"], json!(["PK", "SK"]));
+    assert_eq!((c["change_records"].as_u64(), c["changed_keys"].as_u64()), (Some(12), Some(8)));
+    assert_eq!(c["superseded_items"], 5);
+    let changes = |t: &str| {
+        let x = &c["tables"][t];
+        ["inserts", "updates", "deletes", "moved_in", "moved_out"].map(|k| x[k].as_u64().unwrap())
+    };
+    assert_eq!(changes("user"), [1, 2, 0, 0, 1]);
+    assert_eq!(changes("admin"), [0, 0, 0, 1, 0]);
+    assert_eq!(changes("order"), [0, 1, 1, 0, 0]);
+    assert_eq!((c["unmatched_deletes"].as_u64(), c["created_and_deleted"].as_u64()), (Some(1), Some(1)));
+    assert!(c["gaps"].as_array().unwrap().is_empty());
+    let rec = &report["reconciliation"];
+    assert_eq!(rec["balanced"], true);
+    assert_eq!(rec["integrity"]["verdict"], "reconciled");
+    assert_eq!((rec["items_read"].as_u64(), rec["changes_applied"].as_u64()), (Some(21), Some(12)));
+    assert_eq!(rec["superseded_items"], 5);
+    assert_eq!(rec["current_images"], 5);
+    assert_eq!(report["rejects_by_reason"], json!({ "bad_write_time": 1, "keys_mismatch": 1, "no_keys": 1 }));
+    assert_eq!(count_rows(&out.join("_rejects")), 3);
+
+    // The same exports named one by one, in any order, give the same tables; so do more threads.
+    let ids =
+        ["01788251400000-dddddddd", "01788249600000-aaaaaaaa", "01788250500000-cccccccc", "01788249300000-bbbbbbbb"];
+    let named: Vec<PathBuf> = ids.iter().map(|id| root.join("AWSDynamoDB").join(id)).collect();
+    let out2 = tmp.path().join("out2");
+    unwind(&named.iter().map(PathBuf::as_path).collect::<Vec<_>>(), &out2, &["--threads", "3"], 0);
+    assert_eq!(tables(&out2), got);
+    for t in got.keys() {
+        let files = |o: &Path| {
+            let mut f: Vec<Vec<u8>> = files_under(&o.join(t)).iter().map(|p| std::fs::read(p).unwrap()).collect();
+            f.sort();
+            f
+        };
+        assert_eq!(files(&out), files(&out2), "table `{t}` is not byte-identical");
+    }
+}
+
+#[test]
+fn gaps_other_tables_and_lone_incrementals_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("bucket");
+    let a = item("A", "1", json!({ "v": n("1") }));
+    full(&root, "01788249600000-aaaaaaaa", std::slice::from_ref(&a));
+    let a2 = item("A", "1", json!({ "v": n("2") }));
+    incremental(
+        &root,
+        "01788249660000-bbbbbbbb",
+        TABLE,
+        ("2026-09-01T08:01:00.000Z", "2026-09-01T08:20:00.000Z"),
+        "NEW_AND_OLD_IMAGES",
+        &[change(1, &a, Some(&a), Some(&a2))],
+    );
+    let out = tmp.path().join("out");
+    let run = unwind(&[&root], &out, &[], 1);
+    for needle in [
+        "gap in the chain",
+        "`01788249600000-aaaaaaaa` covers up to 2026-09-01T08:00:00.000Z",
+        "`01788249660000-bbbbbbbb` starts at 2026-09-01T08:01:00.000Z (60.000 s later)",
+        "hint:",
+        "--allow-gap",
+    ] {
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
+    assert!(!out.exists());
+    let run = unwind(&[&root], &out, &["--allow-gap"], 0);
+    assert!(run.stderr.contains("gap of 60.000 s allowed by `--allow-gap`"), "{}", run.stderr);
+    let report = run_report(&out);
+    assert_eq!(report["chain"]["gaps"][0]["seconds"], 60.0);
+    assert_eq!(canonical_rows(&out.join("_untyped")), [r#"{"PK":"A","SK":"1","v":"2"}"#]);
+
+    // An incremental export of another table.
+    let other = tmp.path().join("other");
+    let inc = incremental(
+        &other,
+        "01788249500000-cccccccc",
+        "arn:aws:dynamodb:eu-west-1:111122223333:table/other",
+        ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z"),
+        "NEW_IMAGE",
+        &[change(1, &a, None, None)],
+    );
+    let full_dir = root.join("AWSDynamoDB/01788249600000-aaaaaaaa");
+    let run = unwind(&[&full_dir, &inc], &tmp.path().join("o2"), &[], 2);
+    assert!(run.stderr.contains("is of table `arn:aws:dynamodb:eu-west-1:111122223333:table/other`"), "{}", run.stderr);
+    // An incremental export alone.
+    let run = unwind(&[&inc], &tmp.path().join("o3"), &[], 2);
+    assert!(run.stderr.contains("have no full export to apply them to"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+}
+
+#[test]
+fn state_makes_a_rerun_a_no_op_and_refuses_older_exports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("bucket");
+    let a = item("A", "1", json!({ "v": n("1") }));
+    let b = item("B", "1", json!({ "v": n("1") }));
+    let dir = |id: &str| root.join("AWSDynamoDB").join(id);
+    full(&root, "01788249600000-aaaaaaaa", &[a.clone()]);
+    let w1 = ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z");
+    let w2 = ("2026-09-01T08:20:00.000Z", "2026-09-01T08:40:00.000Z");
+    incremental(&root, "01788249540000-bbbbbbbb", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, Some(&b))]);
+    incremental(&root, "01788250800000-cccccccc", TABLE, w2, "NEW_IMAGE", &[change(2, &a, None, None)]);
+    let out = tmp.path().join("out");
+    unwind(&[&root], &out, &[], 0);
+    let state: Json = serde_json::from_slice(&std::fs::read(out.join("_etl/state.json")).unwrap()).unwrap();
+    assert_eq!(state["table_arn"], TABLE);
+    assert_eq!(state["key_attributes"], json!(["PK", "SK"]));
+    let applied: Vec<(&str, bool)> = state["applied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["export_id"].as_str().unwrap(), e["incremental"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        applied,
+        [("01788249600000-aaaaaaaa", false), ("01788249540000-bbbbbbbb", true), ("01788250800000-cccccccc", true)]
+    );
+    assert_eq!(state["applied"][2]["to_time"], w2.1);
+    assert_eq!(run_report(&out)["state"], state);
+    assert_eq!(canonical_rows(&out.join("_untyped")), [r#"{"PK":"B","SK":"1","v":"1"}"#]);
+
+    // The same exports again: nothing to do, nothing rewritten.
+    let before = std::fs::read(out.join("_etl/run.json")).unwrap();
+    let run = unwind(&[&root], &out, &[], 0);
+    assert!(run.stderr.contains("already holds exports `01788249600000-aaaaaaaa`"), "{}", run.stderr);
+    assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
+    assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), before);
+
+    // Some of the exports applied, named again: nothing to do either.
+    let run = unwind(&[&dir("01788249600000-aaaaaaaa"), &dir("01788249540000-bbbbbbbb")], &out, &[], 0);
+    assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
+    // An export not applied that ends before those applied: refused, the output untouched.
+    let older = tmp.path().join("older");
+    let inc = incremental(&older, "01788249550000-eeeeeeee", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, Some(&b))]);
+    let run = unwind(&[&dir("01788249600000-aaaaaaaa"), &inc], &out, &[], 1);
+    assert!(run.stderr.contains("before the exports"), "{}", run.stderr);
+    assert!(run.stderr.contains("export `01788250800000-cccccccc`"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), before);
+
+    // A newer export is applied.
+    let w3 = ("2026-09-01T08:40:00.000Z", "2026-09-01T09:00:00.000Z");
+    let c = item("C", "1", json!({ "v": n("3") }));
+    incremental(&root, "01788252000000-dddddddd", TABLE, w3, "NEW_IMAGE", &[change(3, &c, None, Some(&c))]);
+    unwind(&[&root], &out, &[], 0);
+    assert_eq!(run_report(&out)["state"]["applied"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        canonical_rows(&out.join("_untyped")),
+        [r#"{"PK":"B","SK":"1","v":"1"}"#, r#"{"PK":"C","SK":"1","v":"3"}"#]
+    );
+}
