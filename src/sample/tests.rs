@@ -63,8 +63,11 @@ fn is_canonical_number(v: &str) -> bool {
     int_ok && frac_ok && v != "-0"
 }
 
+/// An attribute name and the check its deliberately spelled values must pass.
+type Spelling = (&'static str, fn(&str) -> bool);
+
 /// Attributes the shop spells in another form on purpose, for etl to canonicalise.
-const SPELLED: [(&str, fn(&str) -> bool); 2] = [
+const SPELLED: [Spelling; 2] = [
     // `123456000E-9`: an integer mantissa and an exponent.
     ("volume_m3", |v| v.strip_suffix("E-9").is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))),
     // `0.190`: three decimals, trailing zeros kept.

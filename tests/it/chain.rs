@@ -313,7 +313,7 @@ fn state_makes_a_rerun_a_no_op_and_refuses_older_exports() {
     let a = item("A", "1", json!({ "v": n("1") }));
     let b = item("B", "1", json!({ "v": n("1") }));
     let dir = |id: &str| root.join("AWSDynamoDB").join(id);
-    full(&root, "01788249600000-aaaaaaaa", &[a.clone()]);
+    full(&root, "01788249600000-aaaaaaaa", std::slice::from_ref(&a));
     let w1 = ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z");
     let w2 = ("2026-09-01T08:20:00.000Z", "2026-09-01T08:40:00.000Z");
     incremental(&root, "01788249540000-bbbbbbbb", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, Some(&b))]);

@@ -314,7 +314,9 @@ fn widenings_and_the_schema_file_follow_each_widening() {
     let item = |pk: &str, n: &str| {
         line(&[("PK", &format!(r#"{{"S":"{pk}"}}"#)), ("Type", r#"{"S":"W"}"#), ("n", &format!(r#"{{"N":"{n}"}}"#))])
     };
-    let runs: [(&[(&str, &str)], Json, Json); 3] = [
+    // Each run: the items' (PK, n) pairs, the expected `widenings` entry, the expected schema type.
+    type Run<'a> = (&'a [(&'a str, &'a str)], Json, Json);
+    let runs: [Run; 3] = [
         (&[("a", "1"), ("b", "-20")], Json::Null, serde_json::json!({"type": "int64"})),
         (
             &[("a", "1"), ("b", "-20"), ("c", "2.50"), ("d", "0.125")],
