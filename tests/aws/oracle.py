@@ -294,7 +294,9 @@ def match(av, cell, mixed):
 
 
 def scale(text):
-    d = Decimal(text)
+    """Digits after the point of the number's canonical form: DynamoDB (and etl) drop trailing
+    zeros, so `0.190` has scale 2."""
+    d = Decimal(text).normalize()
     e = d.as_tuple().exponent
     return max(0, -e)
 
