@@ -65,9 +65,15 @@ fn write_blob(out: &mut String, b: &[u8]) {
     out.push_str("}}");
 }
 
-/// A canonical DynamoDB number (`-?digits(.digits)?`) as an Ion decimal: fractions as they are,
-/// integers with a trailing dot (`103.`), or with their trailing zeros as an exponent (`6d2`).
+/// A DynamoDB number as an Ion decimal: exponent forms with Ion's decimal exponent marker
+/// (`123456000E-9` is `123456000d-9`; an `E` would make it an Ion float), fractions as they are
+/// (`0.190` keeps its digits, as DynamoDB JSON does), integers with a trailing dot (`103.`), or
+/// with their trailing zeros as an exponent (`6d2`).
 fn write_decimal(out: &mut String, n: &str) {
+    if let Some((mantissa, exponent)) = n.split_once(['E', 'e']) {
+        let _ = write!(out, "{mantissa}d{exponent}");
+        return;
+    }
     if n.contains('.') {
         out.push_str(n);
         return;
@@ -153,5 +159,15 @@ mod tests {
                 "\n"
             )
         );
+    }
+
+    #[test]
+    fn spelled_numbers_stay_ion_decimals() {
+        let cases = [("123456000E-9", "123456000d-9"), ("1.5e3", "1.5d3"), ("0.190", "0.190"), ("-20", "-2d1")];
+        for (dynamodb, ion) in cases {
+            let mut out = String::new();
+            write_decimal(&mut out, dynamodb);
+            assert_eq!(out, ion, "{dynamodb}");
+        }
     }
 }
