@@ -123,16 +123,7 @@ def main() -> int:
         return check_mapped(con, files, args.duckdb, item_count)
     total = 0
     for entity, (table, columns) in ENTITIES.items():
-        if table not in files:
-            fail(f"no table `{table}` for Type `{entity}`")
-        listing = "[" + ", ".join(quote(p) for p in files[table]) + "]"
-        con.execute(f'CREATE OR REPLACE VIEW e AS SELECT * FROM read_parquet({listing})')
-        duck = os.path.join(args.duckdb, f"{entity}.parquet")
-        con.execute(f"CREATE OR REPLACE VIEW d AS SELECT * FROM read_parquet({quote(duck)})")
-        (rows,) = con.execute("SELECT count(*) FROM e").fetchone()
-        (want,) = con.execute("SELECT count(*) FROM d").fetchone()
-        if rows != want:
-            fail(f"`{table}` has {rows} rows, DuckDB counts {want} items of Type `{entity}`")
+        rows = open_pair(con, files, table, entity, args.duckdb)
         total += rows
         (joined,) = con.execute('SELECT count(*) FROM e JOIN d ON e."PK" = d.pk AND e."SK" = d.sk').fetchone()
         if joined != rows:
@@ -155,19 +146,26 @@ def main() -> int:
     return 0
 
 
+def open_pair(con: duckdb.DuckDBPyConnection, files: dict, table: str, entity: str, duckdb_out: str) -> int:
+    """Views `e` (etl's `table`) and `d` (DuckDB's output for `entity`); fails unless their row
+    counts agree, and returns the count."""
+    if table not in files:
+        fail(f"no table `{table}` for Type `{entity}`")
+    listing = "[" + ", ".join(quote(p) for p in files[table]) + "]"
+    con.execute(f"CREATE OR REPLACE VIEW e AS SELECT * FROM read_parquet({listing})")
+    duck = os.path.join(duckdb_out, f"{entity}.parquet")
+    con.execute(f"CREATE OR REPLACE VIEW d AS SELECT * FROM read_parquet({quote(duck)})")
+    (rows,) = con.execute("SELECT count(*) FROM e").fetchone()
+    (want,) = con.execute("SELECT count(*) FROM d").fetchone()
+    if rows != want:
+        fail(f"`{table}` has {rows} rows, DuckDB counts {want} items of Type `{entity}`")
+    return rows
+
+
 def check_mapped(con: duckdb.DuckDBPyConnection, files: dict, duckdb_out: str, item_count: int) -> int:
     total = 0
     for entity, (table, keys, columns) in MAPPED.items():
-        if table not in files:
-            fail(f"no table `{table}` for Type `{entity}`")
-        listing = "[" + ", ".join(quote(p) for p in files[table]) + "]"
-        con.execute(f"CREATE OR REPLACE VIEW e AS SELECT * FROM read_parquet({listing})")
-        duck = os.path.join(duckdb_out, f"{entity}.parquet")
-        con.execute(f"CREATE OR REPLACE VIEW d AS SELECT * FROM read_parquet({quote(duck)})")
-        (rows,) = con.execute("SELECT count(*) FROM e").fetchone()
-        (want,) = con.execute("SELECT count(*) FROM d").fetchone()
-        if rows != want:
-            fail(f"`{table}` has {rows} rows, DuckDB counts {want} items of Type `{entity}`")
+        rows = open_pair(con, files, table, entity, duckdb_out)
         total += rows
         on = " AND ".join(f'{a} = d."{b}"' for a, b in keys)
         (joined,) = con.execute(f"SELECT count(*) FROM e JOIN d ON {on}").fetchone()
