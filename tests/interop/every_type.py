@@ -21,13 +21,12 @@ import sys
 import duckdb
 import pyarrow.parquet as pq
 
-D = decimal.Decimal
+from cells import D, dyn, same
+
 decimal.getcontext().prec = 200
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 I64 = (-(2**63), 2**63 - 1)
-# etl's exact decimal text: no exponent, no trailing fraction zeros, no `-0`.
-CANONICAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?")
 
 
 class Unfit(Exception):
@@ -128,31 +127,6 @@ def k_date(v):
 
 def k_date_pattern(p):
     return lambda v: dt.datetime.strptime(v["S"], p).date()
-
-
-def dyn(v):
-    """A DynamoDB JSON value by meaning: numbers by value, sets unordered, binary decoded."""
-    (tag, x), = v.items()
-    if tag in ("S", "BOOL"):
-        return (tag, x)
-    if tag == "NULL":
-        assert x is True, v
-        return (tag, x)
-    if tag == "N":
-        return (tag, D(x))
-    if tag == "B":
-        return (tag, base64.b64decode(x, validate=True))
-    if tag == "SS":
-        return (tag, sorted(x))
-    if tag == "NS":
-        return (tag, sorted(D(n) for n in x))
-    if tag == "BS":
-        return (tag, sorted(base64.b64decode(b, validate=True) for b in x))
-    if tag == "L":
-        return (tag, [dyn(e) for e in x])
-    if tag == "M":
-        return (tag, {k: dyn(e) for k, e in x.items()})
-    raise ValueError(f"not DynamoDB JSON: {v}")
 
 
 def k_json(v):
@@ -330,95 +304,6 @@ def expected(items):
 
 
 # ---- what the readers give, brought to the same terms ------------------------------------------
-
-
-def same(exp, got, where, errors):
-    """Compares one expected value with one read value; appends a message per difference."""
-    if exp is None or got is None:
-        if exp is not got:
-            errors.append(f"{where}: expected {exp!r}, read {got!r}")
-        return
-    if isinstance(exp, tuple) and exp[0] == "dec":
-        _, scale, n = exp
-        if not isinstance(got, D) or got != n or got.as_tuple().exponent != -scale:
-            errors.append(f"{where}: expected {n} at scale {scale}, read {got!r}")
-    elif isinstance(exp, tuple) and exp[0] == "dectext":
-        if not isinstance(got, str) or not CANONICAL.fullmatch(got) or got == "-0" or D(got) != exp[1]:
-            errors.append(f"{where}: expected the exact decimal text of {exp[1]}, read {got!r}")
-    elif isinstance(exp, tuple) and exp[0] == "json":
-        try:
-            parsed = dyn(json.loads(got))
-        except Exception as e:  # noqa: BLE001 - any failure to parse is the finding
-            errors.append(f"{where}: not DynamoDB JSON text ({e}): {got!r}")
-            return
-        if parsed != exp[1]:
-            errors.append(f"{where}: expected {exp[1]!r}, read {parsed!r}")
-    elif isinstance(exp, tuple) and exp[0] == "json-item":
-        try:
-            parsed = {k: dyn(v) for k, v in json.loads(got).items()}
-        except Exception as e:  # noqa: BLE001
-            errors.append(f"{where}: not a DynamoDB JSON item ({e}): {got!r}")
-            return
-        if parsed != exp[1]:
-            errors.append(f"{where}: expected {exp[1]!r}, read {parsed!r}")
-    elif isinstance(exp, tuple) and exp[0] == "set":
-        if not isinstance(got, list) or len(got) != len(exp[1]):
-            errors.append(f"{where}: expected a set of {len(exp[1])}, read {got!r}")
-            return
-        # Set order is not part of a set: compare each expected member with a read one.
-        left = list(got)
-        for e in exp[1]:
-            for i, g in enumerate(left):
-                if not diff(e, g):
-                    del left[i]
-                    break
-            else:
-                errors.append(f"{where}: member {e!r} not read in {got!r}")
-    elif isinstance(exp, tuple) and exp[0] == "map":
-        got = as_dict(got)
-        if got is None or set(got) != set(exp[1]):
-            errors.append(f"{where}: expected keys {sorted(exp[1])}, read {got!r}")
-            return
-        for k, e in exp[1].items():
-            same(e, got[k], f"{where}[{k!r}]", errors)
-    elif isinstance(exp, list):
-        if not isinstance(got, list) or len(got) != len(exp):
-            errors.append(f"{where}: expected {len(exp)} elements, read {got!r}")
-            return
-        for i, (e, g) in enumerate(zip(exp, got)):
-            same(e, g, f"{where}[{i}]", errors)
-    elif isinstance(exp, dict):
-        if not isinstance(got, dict) or list(got) != list(exp):
-            errors.append(f"{where}: expected fields {list(exp)}, read {got!r}")
-            return
-        for k, e in exp.items():
-            same(e, got[k], f"{where}.{k}", errors)
-    elif isinstance(exp, dt.datetime):
-        if not isinstance(got, dt.datetime) or got.tzinfo is None or got != exp:
-            errors.append(f"{where}: expected {exp.isoformat()}, read {got!r}")
-    elif isinstance(exp, dt.date):
-        if type(got) is not dt.date or got != exp:
-            errors.append(f"{where}: expected {exp}, read {got!r}")
-    elif isinstance(exp, bytes):
-        if not isinstance(got, (bytes, bytearray, memoryview)) or bytes(got) != exp:
-            errors.append(f"{where}: expected {exp!r}, read {got!r}")
-    elif type(exp) is not type(got) or exp != got:
-        errors.append(f"{where}: expected {exp!r} ({type(exp).__name__}), read {got!r} ({type(got).__name__})")
-
-
-def diff(exp, got):
-    errors = []
-    same(exp, got, "", errors)
-    return errors
-
-
-def as_dict(got):
-    """A map as pyarrow (list of pairs) or DuckDB (dict, or {"key": [...], "value": [...]}) gives it."""
-    if isinstance(got, list):
-        return dict(got)
-    if isinstance(got, dict) and set(got) == {"key", "value"} and isinstance(got["key"], list):
-        return dict(zip(got["key"], got["value"]))
-    return got if isinstance(got, dict) else None
 
 
 def read(con, out, table):

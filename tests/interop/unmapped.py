@@ -45,16 +45,15 @@ import hashlib
 import json
 import math
 import os
-import re
 import sys
 
 import duckdb
 import pyarrow.parquet as pq
 
-D = decimal.Decimal
+from cells import dyn, num, same
+
 decimal.getcontext().prec = 400
 I64 = (-(2**63), 2**63 - 1)
-CANONICAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?")
 MAX_STRUCT_FIELDS = 64
 MAX_COLUMNS = 1024
 MIN_SHARE_PERCENT = 1
@@ -92,13 +91,6 @@ def read_items(source):
 
 
 # ---- numbers -----------------------------------------------------------------------------------
-
-
-def num(text):
-    n = D(text)
-    if not n.is_finite():
-        raise ValueError(f"not a number: {text}")
-    return n
 
 
 def digits_of(n):
@@ -270,30 +262,6 @@ def expected_table(rows):
 # ---- expected cells ----------------------------------------------------------------------------
 
 
-def dyn(v):
-    """A DynamoDB JSON value by meaning: numbers by value, sets unordered, binary decoded."""
-    ((tag, x),) = v.items()
-    if tag in ("S", "BOOL"):
-        return (tag, x)
-    if tag == "NULL":
-        return (tag, x is True)
-    if tag == "N":
-        return (tag, num(x))
-    if tag == "B":
-        return (tag, base64.b64decode(x, validate=True))
-    if tag == "SS":
-        return (tag, sorted(x))
-    if tag == "NS":
-        return (tag, sorted(num(n) for n in x))
-    if tag == "BS":
-        return (tag, sorted(base64.b64decode(b, validate=True) for b in x))
-    if tag == "L":
-        return (tag, [dyn(e) for e in x])
-    if tag == "M":
-        return (tag, {k: dyn(e) for k, e in x.items()})
-    raise ValueError(f"not DynamoDB JSON: {v}")
-
-
 def number_cell(n, ty):
     if ty[0] == "int64":
         return int(n)
@@ -396,64 +364,6 @@ def parse_meta(text):
 
 
 # ---- comparing ---------------------------------------------------------------------------------
-
-
-def same(exp, got, where, errors):
-    if exp is None or got is None:
-        if exp is not got:
-            errors.append(f"{where}: expected {exp!r}, read {got!r}")
-        return
-    if isinstance(exp, tuple) and exp[0] == "dec":
-        _, scale, n = exp
-        if not isinstance(got, D) or got != n or got.as_tuple().exponent != -scale:
-            errors.append(f"{where}: expected {n} at scale {scale}, read {got!r}")
-    elif isinstance(exp, tuple) and exp[0] == "dectext":
-        if not isinstance(got, str) or not CANONICAL.fullmatch(got) or got == "-0" or D(got) != exp[1]:
-            errors.append(f"{where}: expected the exact decimal text of {exp[1]}, read {got!r}")
-    elif isinstance(exp, tuple) and exp[0] in ("json", "json-item"):
-        try:
-            parsed = json.loads(got)
-            parsed = dyn(parsed) if exp[0] == "json" else {k: dyn(v) for k, v in parsed.items()}
-        except Exception as e:  # noqa: BLE001 - any failure to parse is the finding
-            errors.append(f"{where}: not DynamoDB JSON text ({e}): {got!r}")
-            return
-        if parsed != exp[1]:
-            errors.append(f"{where}: expected {exp[1]!r}, read {parsed!r}")
-    elif isinstance(exp, tuple) and exp[0] == "set":
-        if not isinstance(got, list) or len(got) != len(exp[1]):
-            errors.append(f"{where}: expected a set of {len(exp[1])}, read {got!r}")
-            return
-        left = list(got)
-        for e in exp[1]:
-            for i, g in enumerate(left):
-                if not diff(e, g):
-                    del left[i]
-                    break
-            else:
-                errors.append(f"{where}: member {e!r} not read in {got!r}")
-    elif isinstance(exp, list):
-        if not isinstance(got, list) or len(got) != len(exp):
-            errors.append(f"{where}: expected {len(exp)} elements, read {got!r}")
-            return
-        for i, (e, g) in enumerate(zip(exp, got)):
-            same(e, g, f"{where}[{i}]", errors)
-    elif isinstance(exp, dict):
-        if not isinstance(got, dict) or list(got) != list(exp):
-            errors.append(f"{where}: expected fields {list(exp)}, read {got!r}")
-            return
-        for k, e in exp.items():
-            same(e, got[k], f"{where}.{k}", errors)
-    elif isinstance(exp, bytes):
-        if not isinstance(got, (bytes, bytearray, memoryview)) or bytes(got) != exp:
-            errors.append(f"{where}: expected {exp!r}, read {got!r}")
-    elif type(exp) is not type(got) or exp != got:
-        errors.append(f"{where}: expected {exp!r} ({type(exp).__name__}), read {got!r} ({type(got).__name__})")
-
-
-def diff(exp, got):
-    errors = []
-    same(exp, got, "", errors)
-    return errors
 
 
 def read(con, out, table):
