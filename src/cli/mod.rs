@@ -10,6 +10,7 @@ mod mapping_files;
 mod printer;
 mod progress;
 mod redact;
+mod schema;
 pub mod settings;
 mod sql;
 mod table;
@@ -54,7 +55,7 @@ impl From<ExitStatus> for ExitCode {
         into one Parquet table per entity (or the tables a `--mapping` file declares, with keys \
         parsed into typed columns), keeps numbers, sets and binary exact, and reconciles every \
         item with the export's manifests.",
-    after_help = "Exit status: 0 success; 1 the data or a query broke a policy: the output does not reconcile with the export's manifests (unless --allow-mismatch), or a limit you set (--max-rejects, --strict, --timeout, --memory-limit), or a chain of incremental exports has a gap (unless --allow-gap); 2 usage, input or internal error."
+    after_help = "Exit status: 0 success; 1 the data or a query broke a policy: the output does not reconcile with the export's manifests (unless --allow-mismatch), or a limit you set (--max-rejects, --strict, --timeout, --memory-limit), or a chain of incremental exports has a gap (unless --allow-gap), or the schema drifted under --on-drift fail; `etl schema diff`: 1 when the schemas differ; 2 usage, input or internal error."
 )]
 pub struct Cli {
     /// More output on stderr: -v for progress logs per file and table, -vv for debug.
@@ -82,6 +83,9 @@ pub enum Command {
     Mapping(mapping::MappingCommand),
     /// Write the synthetic e-commerce sample export (for demos, tests and benchmarks).
     Sample(SampleArgs),
+    /// Compare the table schema contracts of two outputs.
+    #[command(subcommand)]
+    Schema(schema::SchemaCommand),
 }
 
 #[derive(Debug, Args)]
@@ -148,8 +152,23 @@ pub struct UnwindArgs {
     /// a gap is refused with exit status 1.
     #[arg(long)]
     pub allow_gap: bool,
+    /// When the tables' schema contracts differ from those of the output being replaced (a
+    /// table or column added or gone, a column widened, metadata or nullability changed):
+    /// `allow` publishes and lists the drift in the summary and `_etl/run.json`; `fail` refuses
+    /// with exit status 1, prints the differences, and leaves the previous output as it was. A
+    /// first run (no previous output) has nothing to drift from and is never refused.
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t)]
+    pub on_drift: OnDriftArg,
     #[command(flatten)]
     pub aws: aws_args::AwsArgs,
+}
+
+/// `--on-drift`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnDriftArg {
+    #[default]
+    Allow,
+    Fail,
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +217,7 @@ pub fn main() -> ExitCode {
         Command::Export(cmd) => export::run(cmd, &printer),
         Command::Mapping(cmd) => mapping::run(cmd, &printer),
         Command::Sample(args) => sample(args, &printer),
+        Command::Schema(cmd) => schema::run(cmd, &printer),
     };
     status.into()
 }
@@ -212,6 +232,7 @@ fn check_profile(command: &Command, printer: &Printer) -> Option<ExitStatus> {
         Command::Export(export::ExportCommand::List(a)) => &a.aws,
         Command::Mapping(mapping::MappingCommand::Infer(a)) => &a.aws,
         Command::Mapping(mapping::MappingCommand::Check(a)) => &a.aws,
+        Command::Schema(schema::SchemaCommand::Diff(a)) => &a.aws,
         Command::Mapping(mapping::MappingCommand::Import(_)) | Command::Sample(_) => return None,
     };
     aws.profile.as_ref()?;
@@ -310,6 +331,13 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
         Err(e @ pipeline::UnwindError::UpToDate { .. }) => {
             printer.info(&e.to_string());
             ExitStatus::Success
+        }
+        Err(e @ pipeline::UnwindError::Drift { .. }) => {
+            if let pipeline::UnwindError::Drift { drift, .. } = &e {
+                printer.drift(drift);
+            }
+            printer.error(&e.to_string(), e.hint().as_deref());
+            ExitStatus::Failure
         }
         Err(e) => {
             let hint = e.hint();

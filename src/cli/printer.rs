@@ -108,6 +108,11 @@ impl Printer {
         self.stderr(&out);
     }
 
+    /// The schema drift a run refused, on stderr (shown even when quiet: it explains the error).
+    pub fn drift(&self, d: &crate::schema::diff::Drift) {
+        self.stderr(&format!("schema drift ({}):\n{d}", d.counts()));
+    }
+
     /// The table of what a run wrote, and the reconciliation line.
     pub fn summary(&self, s: &UnwindSummary, out: &str) {
         if self.quiet {
@@ -162,6 +167,12 @@ impl Printer {
         }
         if let Some(c) = &r.chain {
             text.push_str(&chain_summary(c));
+        }
+        if let Some(d) = r.drift.as_ref().filter(|d| !d.is_empty()) {
+            text.push_str(&format!("schema drift from the previous output: {}\n", d.counts()));
+            for line in d.to_string().lines() {
+                text.push_str(&format!("  {line}\n"));
+            }
         }
         let run = s.committed.run_id.as_ref().map(|id| format!(", run `{id}`")).unwrap_or_default();
         text.push_str(&format!("output: {out} ({:.1}s{run})\n", r.timings_ms.total as f64 / 1000.0));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::UnwindArgs;
 use crate::mapping::Mapping;
 use crate::pipeline::UnwindSettings;
+use crate::schema::diff::OnDrift;
 use crate::sink::RowGroups;
 use crate::source::live::ScanSettings;
 use crate::store::{Location, LocationError, Target};
@@ -54,6 +55,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         consistent_read,
         max_rcu_per_second,
         allow_gap,
+        on_drift,
         aws,
     } = args;
     let sources = sources.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
@@ -85,6 +87,10 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
     s.mapping = mapping.map(Arc::new);
     s.scan = ScanSettings { segments, consistent_read, max_rcu_per_second };
     s.allow_gap = allow_gap;
+    s.on_drift = match on_drift {
+        super::OnDriftArg::Allow => OnDrift::Allow,
+        super::OnDriftArg::Fail => OnDrift::Fail,
+    };
     Ok(s)
 }
 
@@ -112,6 +118,8 @@ mod tests {
         assert_eq!(s.sources[2], Location::Stdin);
         assert_eq!(s.target, Target::Path("out".into()));
         assert_eq!((s.threads, s.type_attribute.as_str(), s.strict), (8, "Type", false));
+        assert_eq!(s.on_drift, OnDrift::Allow);
+        assert_eq!(unwind(args(&["e", "--out", "o", "--on-drift", "fail"]), None, 8).unwrap().on_drift, OnDrift::Fail);
         let s = unwind(args(&["e", "--out", "s3://lake/shop", "--threads", "3", "--strict"]), None, 8).unwrap();
         assert!(matches!(s.target, Target::Object(_)));
         assert_eq!((s.threads, s.strict), (3, true));

@@ -256,33 +256,7 @@ impl<'e> Decoder<'e> {
                 }
             }
         }
-        let Some(keys) = keys else {
-            return Err(self.fail(DecodeReason::NoKeys, "change record has no `Keys`"));
-        };
-        let Some(write_time_micros) = write_time else {
-            return Err(self.fail(DecodeReason::BadWriteTime, "change record has no `Metadata.WriteTimestampMicros`"));
-        };
-        for (image, label) in [(&old, "OldImage"), (&new, "NewImage")] {
-            let Some(image) = image else { continue };
-            for (k, v) in &keys {
-                match image.iter().find(|(n, _)| n == k) {
-                    Some((_, iv)) if iv == v => {}
-                    Some(_) => {
-                        return Err(self.fail(
-                            DecodeReason::KeysMismatch,
-                            format!("`{label}` has key attribute `{k}` with another value than `Keys`"),
-                        ));
-                    }
-                    None => {
-                        return Err(self.fail(
-                            DecodeReason::KeysMismatch,
-                            format!("`{label}` lacks key attribute `{k}` that `Keys` names"),
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(Change { keys, old, new, write_time_micros })
+        super::check_change(keys, old, new, write_time).map_err(|(reason, m)| self.fail(reason, m))
     }
 
     /// `{WriteTimestampMicros:…}`: the write time, or `None` when absent.

@@ -375,34 +375,9 @@ impl<'a> Parser<'a> {
         }
         let end = self.pos;
         self.pos = record_at;
-        let Some(keys) = keys else {
-            return Err(self.fail(DecodeReason::NoKeys, "change record has no `Keys`"));
-        };
-        let Some(write_time_micros) = write_time else {
-            return Err(self.fail(DecodeReason::BadWriteTime, "change record has no `Metadata.WriteTimestampMicros`"));
-        };
-        for (image, label) in [(&old, "OldImage"), (&new, "NewImage")] {
-            let Some(image) = image else { continue };
-            for (k, v) in &keys {
-                match image.iter().find(|(n, _)| n == k) {
-                    Some((_, iv)) if iv == v => {}
-                    Some(_) => {
-                        return Err(self.fail(
-                            DecodeReason::KeysMismatch,
-                            format!("`{label}` has key attribute `{k}` with another value than `Keys`"),
-                        ));
-                    }
-                    None => {
-                        return Err(self.fail(
-                            DecodeReason::KeysMismatch,
-                            format!("`{label}` lacks key attribute `{k}` that `Keys` names"),
-                        ));
-                    }
-                }
-            }
-        }
+        let change = super::check_change(keys, old, new, write_time).map_err(|(reason, m)| self.fail(reason, m))?;
         self.pos = end;
-        Ok(Change { keys, old, new, write_time_micros })
+        Ok(change)
     }
 
     /// `{"WriteTimestampMicros":{"N":"…"}}`: the write time, or `None` when absent.

@@ -57,6 +57,45 @@ pub struct Change<'a> {
     pub write_time_micros: i64,
 }
 
+/// The checks every change record passes, whatever its wire format, once its fields are read:
+/// `Keys` present, `Metadata.WriteTimestampMicros` present, and each image holding every key
+/// attribute of `Keys` with the same value. The error is the reason and the message; the
+/// decoder adds where in the line it is.
+pub(crate) fn check_change<'a>(
+    keys: Option<Item<'a>>,
+    old: Option<Item<'a>>,
+    new: Option<Item<'a>>,
+    write_time: Option<i64>,
+) -> Result<Change<'a>, (DecodeReason, String)> {
+    let Some(keys) = keys else {
+        return Err((DecodeReason::NoKeys, "change record has no `Keys`".to_owned()));
+    };
+    let Some(write_time_micros) = write_time else {
+        return Err((DecodeReason::BadWriteTime, "change record has no `Metadata.WriteTimestampMicros`".to_owned()));
+    };
+    for (image, label) in [(&old, "OldImage"), (&new, "NewImage")] {
+        let Some(image) = image else { continue };
+        for (k, v) in &keys {
+            match image.iter().find(|(n, _)| n == k) {
+                Some((_, iv)) if iv == v => {}
+                Some(_) => {
+                    return Err((
+                        DecodeReason::KeysMismatch,
+                        format!("`{label}` has key attribute `{k}` with another value than `Keys`"),
+                    ));
+                }
+                None => {
+                    return Err((
+                        DecodeReason::KeysMismatch,
+                        format!("`{label}` lacks key attribute `{k}` that `Keys` names"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Change { keys, old, new, write_time_micros })
+}
+
 /// Decodes one unit of input of `format`. Bytes are validated as UTF-8 first (with SIMD), so an
 /// invalid sequence is a reject naming its byte offset.
 pub fn decode(format: Format, bytes: &[u8]) -> Result<Record<'_>, DecodeError> {
@@ -352,5 +391,34 @@ mod tests {
         let mut s = String::new();
         v.write_dynamodb_json(&mut s);
         assert_eq!(s, r#"{"M":{"a\"b":{"BS":["3q2+7w=="]},"n":{"NS":["1.5"]}}}"#);
+    }
+
+    /// The change-record checks are one function: JSON and Ion lines with the same fault get
+    /// the same reason and the same message.
+    #[test]
+    fn change_checks_are_shared_by_json_and_ion() {
+        let s = |v: &'static str| Value::S(Cow::Borrowed(v));
+        let keys = || Some(vec![(Cow::Borrowed("pk"), s("1"))]);
+        let image = |v: &'static str| Some(vec![(Cow::Borrowed("pk"), s(v)), (Cow::Borrowed("a"), s("x"))]);
+        let reason = |r: Result<Change<'_>, (DecodeReason, String)>| r.map(|_| ()).map_err(|(r, _)| r);
+        assert_eq!(reason(check_change(None, None, None, Some(1))), Err(DecodeReason::NoKeys));
+        assert_eq!(reason(check_change(keys(), None, None, None)), Err(DecodeReason::BadWriteTime));
+        assert_eq!(reason(check_change(keys(), image("2"), None, Some(1))), Err(DecodeReason::KeysMismatch));
+        let lacks = check_change(keys(), None, Some(vec![(Cow::Borrowed("a"), s("x"))]), Some(1));
+        assert_eq!(lacks.map(|_| ()).unwrap_err().1, "`NewImage` lacks key attribute `pk` that `Keys` names");
+        let ok = check_change(keys(), image("1"), image("1"), Some(7)).unwrap();
+        assert_eq!((ok.write_time_micros, ok.keys.len(), ok.new.map(|n| n.len())), (7, 1, Some(2)));
+        for (json, ion) in [
+            (
+                r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"1"}},"NewImage":{"pk":{"S":"2"}}}"#,
+                r#"{Metadata:{WriteTimestampMicros:1},Keys:{pk:"1"},NewImage:{pk:"2"}}"#,
+            ),
+            (r#"{"Keys":{"pk":{"S":"1"}}}"#, r#"{Keys:{pk:"1"}}"#),
+            (r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}}}"#, r#"{Metadata:{WriteTimestampMicros:1}}"#),
+        ] {
+            let j = json::decode_export_line(json).unwrap_err();
+            let i = ion::decode_export_line(ion).unwrap_err();
+            assert_eq!((j.reason, &j.message), (i.reason, &i.message), "{json}");
+        }
     }
 }

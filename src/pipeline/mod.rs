@@ -35,6 +35,7 @@ use crate::aws::AwsOptions;
 use crate::mapping::Mapping;
 use crate::normalize::{MappedTables, NormalizeError};
 use crate::schema::TableSchema;
+use crate::schema::diff::{Drift, OnDrift};
 use crate::sink::manifest::{ReportOptions, RunManifest, Timings};
 use crate::sink::{self, Committed, RowGroups, SinkError, SinkSettings};
 use crate::source::integrity::{self, Mismatch};
@@ -73,6 +74,8 @@ pub struct UnwindSettings {
     pub scan: ScanSettings,
     /// Apply a chain of exports whose windows leave a gap (recorded in the report).
     pub allow_gap: bool,
+    /// What to do when the tables' contracts differ from the output this run replaces.
+    pub on_drift: OnDrift,
 }
 
 impl UnwindSettings {
@@ -94,6 +97,7 @@ impl UnwindSettings {
             mapping: None,
             scan: ScanSettings::default(),
             allow_gap: false,
+            on_drift: OnDrift::Allow,
         }
     }
 }
@@ -134,6 +138,9 @@ pub enum UnwindError {
     /// Every export named is already applied to the output: nothing was done (exit 0).
     #[error("`{out}` already holds {exports}; nothing to apply, nothing rewritten")]
     UpToDate { out: String, exports: String },
+    /// `--on-drift fail`: the tables' contracts differ from those of the output at `out`.
+    #[error("the schema drifted from `{out}` ({}); `--on-drift fail` refuses it: nothing was published", .drift.counts())]
+    Drift { out: String, drift: Drift },
 }
 
 impl UnwindError {
@@ -151,6 +158,9 @@ impl UnwindError {
                 Some("this is a bug in etl; please report it with the run's input if you can".into())
             }
             UnwindError::Io { .. } | UnwindError::UpToDate { .. } => None,
+            UnwindError::Drift { .. } => Some(
+                "the changes are listed above; `--on-drift allow` (the default) publishes them and lists them in `_etl/run.json`".into(),
+            ),
             UnwindError::State(e) => e.hint(),
         }
     }
@@ -159,7 +169,7 @@ impl UnwindError {
     /// its own manifests) exit with 1, others with 2.
     pub fn is_policy(&self) -> bool {
         match self {
-            UnwindError::Strict { .. } | UnwindError::StrictMismatch(_) => true,
+            UnwindError::Strict { .. } | UnwindError::StrictMismatch(_) | UnwindError::Drift { .. } => true,
             UnwindError::Source(e) => e.is_integrity(),
             // Another run wrote the same output: this one lost, the data is the other's.
             UnwindError::Sink(e) => e.is_concurrent_run(),
@@ -273,6 +283,13 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         report::reconcile(&plan, &read, &written, integrity, chain.as_ref().map(chain::Applier::current_file))?;
     let rejects = reconciliation.rejects;
 
+    // Schema drift from the output this run replaces: reported, or refused by `--on-drift fail`.
+    let drift = sink::manifest::read_contracts(&settings.target, &settings.aws)?
+        .map(|previous| crate::schema::diff::diff(&previous, &written.schemas));
+    if let Some(d) = drift.as_ref().filter(|d| settings.on_drift == OnDrift::Fail && !d.is_empty()) {
+        return Err(UnwindError::Drift { out: settings.target.to_string(), drift: d.clone() });
+    }
+
     progress.set_phase(Phase::Committing);
     let manifest = RunManifest {
         etl_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -300,6 +317,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             .zip(mapped_tables.as_ref())
             .map(|(m, t)| report::mapping(m, t, &read.entity_stats)),
         chain: chain_report,
+        drift,
         state,
         warnings,
         timings_ms: Timings {

@@ -1,10 +1,12 @@
 //! The table contract shared by `normalize`, `sink` and `sql`: [`TableSchema`], its
-//! [`ColumnType`]s, the Arrow field-metadata keys etl writes, and the record of every
-//! [`Widening`] inference chose.
+//! [`ColumnType`]s, the Arrow field-metadata keys etl writes, the record of every
+//! [`Widening`] inference chose, and the [`diff::Drift`] between two outputs' contracts.
 //!
 //! A [`TableSchema`] is the typed contract between routing/normalizing and the sink: column names,
 //! column types and where each column came from in DynamoDB. This module does no I/O and knows
 //! nothing of how a schema was found (inferred from the data or declared in a mapping file).
+
+pub mod diff;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

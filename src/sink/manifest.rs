@@ -4,6 +4,8 @@
 //!
 //! Readers (`etl sql`, the next run's publish step) use exactly the files a manifest lists, never
 //! a folder listing; every listed path is checked to stay inside the output before it is used.
+//! [`read_contracts`] reads a committed output's schema contracts the same way, for the drift
+//! check of the run that replaces it and for `etl schema diff`.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
@@ -64,6 +66,10 @@ pub struct RunManifest {
     /// What applying incremental exports did, when the run applied a chain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<ChainReport>,
+    /// How the tables' contracts changed from the output this run replaced (`tables` empty: not
+    /// at all); absent on a first run, when there was no output to compare with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::schema::diff::Drift>,
     /// The exports the output holds (chain runs); also copied to `_etl/state.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<crate::state::RunState>,
@@ -382,6 +388,104 @@ pub fn write(dir: &Path, manifest: &RunManifest, schemas: &[TableSchema]) -> std
         std::fs::write(dir.join(crate::state::STATE_FILE), text + "\n")?;
     }
     std::fs::write(dir.join(RUN_MANIFEST), manifest.to_bytes())
+}
+
+/// The schema contracts of the output committed at `target`, one per table its run manifest
+/// lists that has one (`_rejects` has none); `None` when `target` holds no committed output (no
+/// `_etl/run.json`). Local: `_etl/schema/<table>.json`. Object stores: the committed run's own
+/// copies, `_etl/runs/<run-id>/schema/<table>.json` (the `_etl/schema/` copies are written after
+/// the commit and may lag behind it).
+pub fn read_contracts(
+    target: &crate::store::Target,
+    aws: &crate::aws::AwsOptions,
+) -> Result<Option<Vec<TableSchema>>, super::SinkError> {
+    use crate::store::Target;
+    match target {
+        Target::Path(dir) => {
+            if !dir.join(RUN_MANIFEST).is_file() && super::local::interrupted_publish(dir).is_none() {
+                return Ok(None);
+            }
+            let manifest = RunManifest::read(dir)?;
+            let mut out = Vec::new();
+            for name in contract_names(&manifest) {
+                let path = dir.join(SCHEMA_DIR).join(format!("{name}.json"));
+                let display = path.display().to_string();
+                let bytes = match std::fs::File::open(&path) {
+                    Ok(f) => {
+                        let mut bytes = Vec::new();
+                        std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_MANIFEST_BYTES), &mut bytes)
+                            .map_err(|e| ManifestError::Invalid { path: display.clone(), message: e.to_string() })?;
+                        bytes
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(ManifestError::Invalid { path: display, message: e.to_string() }.into()),
+                };
+                out.push(parse_contract(&display, &bytes)?);
+            }
+            Ok(Some(out))
+        }
+        Target::Object(url) => crate::store::io_runtime().block_on(read_object_contracts(url, aws)),
+    }
+}
+
+async fn read_object_contracts(
+    url: &crate::store::ObjectUrl,
+    aws: &crate::aws::AwsOptions,
+) -> Result<Option<Vec<TableSchema>>, super::SinkError> {
+    let store = crate::store::open(url, aws).await?;
+    let prefix = url.dir_prefix();
+    let Some((shown, bytes)) = get(&store, url, format!("{prefix}{RUN_MANIFEST}")).await? else { return Ok(None) };
+    let manifest = RunManifest::parse(&shown, &bytes)?;
+    let dir = match &manifest.run_id {
+        Some(id) if is_confined(id) && !id.contains('/') => format!("{prefix}_etl/runs/{id}/schema"),
+        _ => format!("{prefix}{SCHEMA_DIR}"),
+    };
+    let mut out = Vec::new();
+    for name in contract_names(&manifest) {
+        if let Some((shown, bytes)) = get(&store, url, format!("{dir}/{name}.json")).await? {
+            out.push(parse_contract(&shown, &bytes)?);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The bytes of `key` under `url`'s bucket, `None` when it does not exist; bounded like a manifest.
+async fn get(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    url: &crate::store::ObjectUrl,
+    key: String,
+) -> Result<Option<(String, Vec<u8>)>, super::SinkError> {
+    use object_store::ObjectStoreExt as _;
+
+    use crate::store::StoreError;
+    let shown = url.url_of(&key);
+    match store.get(&object_store::path::Path::from(key.as_str())).await {
+        Ok(r) => {
+            if r.meta.size > MAX_MANIFEST_BYTES {
+                return Err(ManifestError::TooLarge { path: shown, size: r.meta.size, max: MAX_MANIFEST_BYTES }.into());
+            }
+            let bytes = r.bytes().await.map_err(|e| StoreError::object("read", &shown, &e))?;
+            Ok(Some((shown, bytes.to_vec())))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(StoreError::object("read", &shown, &e).into()),
+    }
+}
+
+/// The tables of `manifest` whose names can name a contract file inside `_etl/schema/`.
+fn contract_names(manifest: &RunManifest) -> Vec<&str> {
+    let mut names: Vec<&str> =
+        manifest.tables.iter().map(|t| t.name.as_str()).filter(|n| is_confined(n) && !n.contains('/')).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+fn parse_contract(path: &str, bytes: &[u8]) -> Result<TableSchema, ManifestError> {
+    serde_json::from_slice(bytes).map_err(|e| ManifestError::Invalid {
+        path: path.to_owned(),
+        message: format!("not a table schema contract: {e}"),
+    })
 }
 
 #[cfg(test)]

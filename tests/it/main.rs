@@ -8,6 +8,7 @@ mod aws;
 mod chain;
 mod common;
 mod corpus;
+mod drift;
 mod fault;
 mod fuzz;
 mod import;
