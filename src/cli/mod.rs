@@ -97,6 +97,8 @@ pub struct UnwindArgs {
     /// `s3://bucket/prefix`; or `dynamodb://TABLE` to scan a live table. A full export with the
     /// incremental exports taken after it (named one by one, or a folder holding them all) gives
     /// the table's current state: the changes are applied in window order, last write wins.
+    /// Incremental exports alone, with an `--out` made from exports, are applied onto that output
+    /// (it keeps its exports in `_etl/base/`).
     #[arg(required = true, value_name = "SOURCE")]
     pub sources: Vec<String>,
     /// Output folder, written to a staging folder beside it and published atomically; or

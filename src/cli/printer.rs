@@ -187,11 +187,14 @@ fn chain_summary(c: &crate::sink::manifest::ChainReport) -> String {
         (Some(a), Some(b)) => format!(" ({} to {})", a.from_time, b.to_time),
         _ => String::new(),
     };
+    let onto = match &c.previous_export {
+        Some(p) => format!("onto the output holding exports up to `{p}` (full export `{}`)", c.full_export),
+        None => format!("to full export `{}`", c.full_export),
+    };
     let mut text = format!(
-        "applied {} incremental export{} to full export `{}`{span}: {} change records on {} keys, {} items of the full export replaced or deleted\n",
+        "applied {} incremental export{} {onto}{span}: {} change records on {} keys, {} items of the full export replaced or deleted\n",
         c.windows.len(),
         if c.windows.len() == 1 { "" } else { "s" },
-        c.full_export,
         group(c.change_records),
         group(c.changed_keys),
         group(c.superseded_items),

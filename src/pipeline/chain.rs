@@ -67,6 +67,13 @@ struct Final {
     keys_table: Option<TableLabel>,
     /// An earlier change of this key in the chain had a new image.
     had_image: bool,
+    /// When applying onto an existing output: the key's last change among the exports that
+    /// output already held (write time, position, its table; `None` table for a delete).
+    prev: Option<(i64, usize, Option<TableLabel>)>,
+    /// When applying onto an existing output: an export new to it changed this key.
+    touched_by_new: bool,
+    /// An export new to the output had a new image for this key.
+    new_had_image: bool,
 }
 
 /// The chain reduced to final changes, and what pass one needs to apply them.
@@ -83,7 +90,21 @@ pub struct Applier {
     pub change_records: u64,
     /// Per export in application order: change records read.
     per_export: Vec<u64>,
+    /// When applying onto an existing output: per position in application order, whether the
+    /// export is new to that output (the report then counts relative to the previous output).
+    new_exports: Option<Vec<bool>>,
+    /// The last export the previous output held, when applying onto one.
+    previous_export: Option<String>,
     pub warnings: Vec<String>,
+}
+
+/// What the output a chain is applied onto already held, for a report relative to it.
+#[derive(Debug, Clone, Default)]
+pub struct Onto {
+    /// Indexes into [`Plan::exports`] of the exports new to the output.
+    pub new_exports: Vec<usize>,
+    /// The last export the output held.
+    pub previous_export: Option<String>,
 }
 
 /// What pass one saw of the chain, merged over workers.
@@ -164,8 +185,13 @@ impl Applier {
         mapping: Option<Arc<Mapping>>,
         max_line_bytes: usize,
         scratch: &Path,
+        onto: Option<&Onto>,
     ) -> Result<Applier, UnwindError> {
+        let new_exports =
+            onto.map(|o| chain.incrementals.iter().map(|i| o.new_exports.contains(i)).collect::<Vec<bool>>());
         let mut a = Applier {
+            new_exports,
+            previous_export: onto.and_then(|o| o.previous_export.clone()),
             key_names: Vec::new(),
             index: HashMap::new(),
             finals: Vec::new(),
@@ -250,6 +276,9 @@ impl Applier {
             s.push('}');
             s
         });
+        let is_new = self.new_exports.as_ref().and_then(|n| n.get(pos).copied());
+        let prev = (is_new == Some(false)).then(|| (c.write_time_micros, pos, new_table.clone()));
+        let has_image = line_text.is_some();
         let next = Final {
             write_time: c.write_time_micros,
             export: pos,
@@ -257,17 +286,31 @@ impl Applier {
             new_table,
             keys_table,
             had_image: false,
+            prev,
+            touched_by_new: is_new == Some(true),
+            new_had_image: is_new == Some(true) && has_image,
         };
         match self.index.get(key.as_slice()) {
             Some(&i) => {
                 let old = &mut self.finals[i as usize];
+                // What the previous output held of this key: the last write among its exports.
+                let prev = match (&old.prev, &next.prev) {
+                    (Some(o), Some(n)) if (n.0, n.1) < (o.0, o.1) => Some(o.clone()),
+                    (o, None) => o.clone(),
+                    (_, n) => n.clone(),
+                };
+                let touched_by_new = old.touched_by_new || next.touched_by_new;
+                let new_had_image = old.new_had_image || next.new_had_image;
                 // Last write wins; the same write seen twice (overlapping windows): the later window.
                 if (next.write_time, next.export) >= (old.write_time, old.export) {
                     let had_image = old.had_image || old.line.is_some();
                     *old = Final { had_image, ..next };
-                } else if next.line.is_some() {
+                } else if has_image {
                     old.had_image = true;
                 }
+                old.prev = prev;
+                old.touched_by_new = touched_by_new;
+                old.new_had_image = new_had_image;
             }
             None => {
                 self.index.insert(key.into_boxed_slice(), self.finals.len() as u32);
@@ -352,7 +395,15 @@ impl Applier {
         let mut per: BTreeMap<String, TableChanges> = BTreeMap::new();
         let mut unmatched = 0;
         let mut transient = 0;
+        let onto = self.new_exports.is_some();
         for (f, b) in self.finals.iter().zip(base) {
+            // Onto an existing output: only keys the new exports changed, from what it held.
+            let (b, had_image) = match (onto, &f.prev) {
+                (false, _) => (b, f.had_image),
+                (true, _) if !f.touched_by_new => continue,
+                (true, Some((_, _, held))) => (held.as_ref(), f.new_had_image),
+                (true, None) => (b, f.new_had_image),
+            };
             match (b, &f.new_table) {
                 (Some(b), Some(n)) if b == n => per.entry(name(b)).or_default().updates += 1,
                 (Some(b), Some(n)) => {
@@ -361,7 +412,7 @@ impl Applier {
                 }
                 (Some(b), None) => per.entry(name(b)).or_default().deletes += 1,
                 (None, Some(n)) => per.entry(name(n)).or_default().inserts += 1,
-                (None, None) if f.had_image => transient += 1,
+                (None, None) if had_image => transient += 1,
                 (None, None) => {
                     unmatched += 1;
                     if let Some(t) = &f.keys_table {
@@ -379,7 +430,9 @@ impl Applier {
                 .incrementals
                 .iter()
                 .zip(&self.per_export)
-                .map(|(&i, &records)| {
+                .enumerate()
+                .filter(|(pos, _)| self.new_exports.as_ref().is_none_or(|n| n.get(*pos).copied().unwrap_or(true)))
+                .map(|(_, (&i, &records))| {
                     let e = &plan.exports[i];
                     let w = e.window.clone().unwrap_or_else(|| crate::source::manifest::Window {
                         from_time: String::new(),
@@ -403,6 +456,7 @@ impl Applier {
             tables: per,
             unmatched_deletes: unmatched,
             created_and_deleted: transient,
+            previous_export: self.previous_export.clone(),
         }
     }
 }

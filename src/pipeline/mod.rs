@@ -15,6 +15,7 @@
 //! and row-group boundaries depend only on the data. The [`pool`] returns the error that caused a
 //! stop, never a worker's cancellation.
 
+pub mod apply;
 pub mod chain;
 pub mod pool;
 pub mod progress;
@@ -135,6 +136,8 @@ pub enum UnwindError {
     Internal { message: String },
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
     /// Every export named is already applied to the output: nothing was done (exit 0).
     #[error("`{out}` already holds {exports}; nothing to apply, nothing rewritten")]
     UpToDate { out: String, exports: String },
@@ -162,6 +165,7 @@ impl UnwindError {
                 "the changes are listed above; `--on-drift allow` (the default) publishes them and lists them in `_etl/run.json`".into(),
             ),
             UnwindError::State(e) => e.hint(),
+            UnwindError::Apply(e) => e.hint(),
         }
     }
 
@@ -209,8 +213,11 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         },
     )?;
     let scratch = sink.scratch().to_owned();
-    let mut plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
-    let chain = source::chain::order(&plan, settings.allow_gap).map_err(SourceError::from)?;
+    let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
+    // Incremental exports alone, onto an existing output: the chain of what it holds and them.
+    let (mut plan, onto) = apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings)?;
+    let only_exports = plan.only_exports();
+    let chain = apply::order(&plan, onto.as_ref(), settings.allow_gap).map_err(SourceError::from)?;
     let mut state = match &chain {
         Some(c) => {
             let hash = settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files));
@@ -238,6 +245,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             settings.mapping.clone(),
             settings.max_line_bytes,
             &scratch,
+            onto.as_ref(),
         )?),
         None => None,
     };
@@ -262,6 +270,14 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
     let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
+    let out_dir = match &settings.target {
+        Target::Path(p) => Some(p.as_path()),
+        Target::Object(_) => None,
+    };
+    let kept = apply::keep_base(&plan, only_exports, sink.as_ref(), out_dir)?;
+    if let Some(k) = kept {
+        info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
+    }
     let t_write = t_write.elapsed();
 
     let inputs = report::inputs(&plan, &read);
@@ -325,6 +341,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             read_and_decode: t_read.as_millis() as u64,
             write: t_write.as_millis() as u64,
             total: started.elapsed().as_millis() as u64,
+            keep_base: kept.map_or(0, |k| k.millis),
         },
         run_id: None,
         published_to: None,

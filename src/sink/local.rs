@@ -78,6 +78,33 @@ impl Sink for LocalSink {
         PartWriter::create(self.staging.path(), table, part, schema, &self.props)
     }
 
+    fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<bool, SinkError> {
+        let plain = !rel.is_empty()
+            && rel.split('/').all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'))
+            && Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain {
+            return Err(SinkError::Io {
+                action: "keep",
+                path: rel.to_owned(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not a relative path of plain names"),
+            });
+        }
+        let to = self.staging.path().join(rel);
+        if let Some(dir) = to.parent() {
+            fs::create_dir_all(dir).map_err(io("create", dir))?;
+        }
+        // Kept already: the same file listed by two exports (the shared incremental data
+        // folder). Never written over: it may be a link to the previous output's file.
+        if fs::symlink_metadata(&to).is_ok() {
+            return Ok(true);
+        }
+        if link && fs::hard_link(from, &to).is_ok() {
+            return Ok(true);
+        }
+        fs::copy(from, &to).map_err(io("copy", from))?;
+        Ok(true)
+    }
+
     fn commit(
         self: Box<Self>,
         mut manifest: RunManifest,

@@ -169,6 +169,11 @@ pub struct ChainReport {
     pub unmatched_deletes: u64,
     /// Keys inserted by one incremental export and deleted by a later one.
     pub created_and_deleted: u64,
+    /// Set when the exports were applied onto an existing output: the last export it held.
+    /// `windows`, `tables`, `unmatched_deletes` and `created_and_deleted` then count relative
+    /// to that previous output; the other counts are over the whole chain replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_export: Option<String>,
 }
 
 /// One applied incremental export.
@@ -309,6 +314,9 @@ pub struct Timings {
     pub write: u64,
     /// Up to writing this report; publishing follows it.
     pub total: u64,
+    /// Copying the exports read into `_etl/base/` (part of `total`).
+    #[serde(default)]
+    pub keep_base: u64,
 }
 
 impl RunManifest {

@@ -128,6 +128,15 @@ pub trait Sink: Send + Sync {
     /// Creates part `part` of `table` (named by [`parquet::part_path`]).
     fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError>;
 
+    /// Puts the bytes of the local file `from` into the output at `rel` (a relative
+    /// `/`-separated path of plain names), unchanged; hard-linked when `link` and the file
+    /// system allows it (only for files nobody rewrites). May be called from any thread before
+    /// [`Sink::commit`]. Returns `false` when this sink keeps no such files (object stores).
+    fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<bool, SinkError> {
+        let _ = (rel, from, link);
+        Ok(false)
+    }
+
     /// Publishes every part with `manifest` and the schema contracts, atomically. Returns the
     /// manifest as published (an object-store commit names files by run) and what it did.
     fn commit(

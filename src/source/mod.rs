@@ -117,6 +117,35 @@ impl Plan {
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }
+
+    /// Every data file belongs to one of the plan's exports (no bare data file, scan or stdin).
+    pub fn only_exports(&self) -> bool {
+        let owned: usize = self.exports.iter().map(|e| e.files.len()).sum();
+        !self.exports.is_empty() && owned == self.files.len()
+    }
+
+    /// Appends `other`'s exports and files after this plan's, each export keeping its files.
+    pub fn append(&mut self, other: Plan) {
+        let offset = self.files.len();
+        self.files.extend(other.files);
+        self.exports.extend(other.exports.into_iter().map(|mut e| {
+            e.files = e.files.start + offset..e.files.end + offset;
+            e
+        }));
+    }
+
+    /// The plan of the exports `keep` accepts, with their files (files of no export are dropped).
+    pub fn retain_exports(self, keep: impl Fn(&ExportInfo) -> bool) -> Plan {
+        let mut out = Plan::default();
+        let mut files: Vec<Option<DataFile>> = self.files.into_iter().map(Some).collect();
+        for mut e in self.exports.into_iter().filter(|e| keep(e)) {
+            let start = out.files.len();
+            out.files.extend(e.files.clone().filter_map(|i| files.get_mut(i).and_then(Option::take)));
+            e.files = start..out.files.len();
+            out.exports.push(e);
+        }
+        out
+    }
 }
 
 /// Why the named inputs cannot be read.

@@ -55,7 +55,7 @@ pub struct AppliedExport {
 }
 
 impl AppliedExport {
-    fn of(e: &ExportInfo) -> AppliedExport {
+    pub fn of(e: &ExportInfo) -> AppliedExport {
         AppliedExport {
             export_id: export_id(e),
             incremental: e.window.is_some(),
@@ -69,7 +69,7 @@ impl AppliedExport {
     }
 
     /// Up to when the export covers the table: its window's end, or its `exportTime`.
-    fn covers_until(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+    pub fn covers_until(&self) -> Option<chrono::DateTime<chrono::Utc>> {
         let t = self.to_time.as_deref().or(self.export_time.as_deref())?;
         chrono::DateTime::parse_from_rfc3339(t).ok().map(|t| t.with_timezone(&chrono::Utc))
     }
@@ -83,6 +83,10 @@ pub enum StateError {
     #[error("`{path}` is not an etl run state: {message}")]
     Invalid { path: String, message: String },
     #[error(
+        "`{out}` was made with {was}, but this run has {now}; applying changes with another mapping would mix two schemas"
+    )]
+    MappingChanged { out: String, was: String, now: String },
+    #[error(
         "the exports named end at {named}, before the exports `{out}` already holds (up to {applied}, export `{last}`); applying them would undo newer changes"
     )]
     Older { out: String, named: String, applied: String, last: String },
@@ -93,6 +97,9 @@ impl StateError {
         match self {
             StateError::Older { .. } => Some(
                 "name the exports taken after the last one applied (see `_etl/state.json`), or write to another `--out`".into(),
+            ),
+            StateError::MappingChanged { .. } => Some(
+                "pass the same `--mapping` files the output was made with, or unwind the full export and all incremental exports into a new `--out` with the new mapping".into(),
             ),
             StateError::Invalid { .. } => Some("the file was edited or damaged; remove the output and unwind again".into()),
             StateError::Io { .. } => None,
@@ -117,6 +124,65 @@ pub fn of_chain(
         mapping_hash,
         applied,
     }
+}
+
+/// The state of an output holding `exports` (a full export and the incremental exports
+/// applied to it), when it recorded none itself (an output made from a full export alone).
+pub fn of_exports(exports: &[ExportInfo], key_attributes: &[String], mapping_hash: Option<String>) -> RunState {
+    let mut applied: Vec<AppliedExport> = exports.iter().map(AppliedExport::of).collect();
+    applied.sort_by_key(|a| (a.incremental, a.from_time.clone(), a.to_time.clone(), a.export_id.clone()));
+    RunState {
+        version: 1,
+        table_arn: exports.iter().find(|e| e.window.is_none()).and_then(|e| e.table_arn.clone()),
+        key_attributes: key_attributes.to_vec(),
+        mapping_hash,
+        applied,
+    }
+}
+
+/// What incremental exports `named` are to an output holding `prev` (at `out`): refused when one
+/// ends before what the output covers (applying it would undo newer changes), a no-op when
+/// every one is already applied, else something to apply.
+pub fn compare_named(prev: &RunState, named: &[AppliedExport], out: &str) -> Result<Compared, StateError> {
+    let fmt = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    if let Some((p, last)) = latest(prev) {
+        for n in named {
+            if let Some(t) = n.covers_until()
+                && t < p
+            {
+                return Err(StateError::Older {
+                    out: out.to_owned(),
+                    named: fmt(t),
+                    applied: fmt(p),
+                    last: last.export_id.clone(),
+                });
+            }
+        }
+    }
+    let held =
+        |a: &AppliedExport| prev.applied.iter().any(|p| p.export_id == a.export_id && p.manifest_md5 == a.manifest_md5);
+    Ok(if named.iter().all(held) { Compared::AlreadyApplied } else { Compared::New })
+}
+
+/// The export of `s` that covers the table the latest.
+pub fn last_applied(s: &RunState) -> Option<&AppliedExport> {
+    latest(s).map(|(_, a)| a)
+}
+
+/// Refuses to go on from `prev` with another mapping than the one it was made with.
+pub fn check_mapping(prev: &RunState, next: &RunState, out: &str) -> Result<(), StateError> {
+    if prev.mapping_hash == next.mapping_hash {
+        return Ok(());
+    }
+    let name = |h: &Option<String>| match h {
+        Some(h) => format!("the mapping whose hash is `{h}`"),
+        None => "no mapping".to_owned(),
+    };
+    Err(StateError::MappingChanged {
+        out: out.to_owned(),
+        was: name(&prev.mapping_hash),
+        now: name(&next.mapping_hash),
+    })
 }
 
 /// The state of the local output `out`, `None` when it has none.

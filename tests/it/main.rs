@@ -4,6 +4,7 @@
 // Test code: unwrapping is how a test fails, and stderr is where it says why.
 #![allow(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)]
 
+mod apply;
 mod aws;
 mod chain;
 mod common;

@@ -58,7 +58,7 @@ fn real_full_export_unwinds_and_verifies() {
 /// The fixture's final state (`NOTICE.md`, `dynamodb-formats.md` §2.5), value by value: binary
 /// values as base64 of their bytes, numbers as decimal text, sets and lists as arrays, the map as a
 /// struct; the `NULL` attribute `null` is a null cell, left out.
-fn final_state() -> Vec<String> {
+pub(crate) fn final_state() -> Vec<String> {
     let every = |pk: &str, sk: &str, number: bool| {
         let n = if number { r#","number":"12""# } else { "" };
         format!(

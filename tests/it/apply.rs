@@ -1,0 +1,325 @@
+//! Incremental exports applied onto an existing output (`etl unwind INC… --out DIR`), one at a
+//! time: the real fixture gives the same tables, byte for byte, as the whole chain in one run;
+//! the output's state makes a re-apply a no-op and refuses older exports; a `kill -9` while
+//! applying leaves the previous output whole; two applies on one output never both commit.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value as Json, json};
+
+use crate::common::*;
+
+const FULL: &str = "01768385930622-efd1a093";
+const INC1: &str = "01768386924000-d339e52d";
+const INC2: &str = "01768388186000-4a2fc3ff";
+/// The fixture's summaries were anonymised (their `.md5` no longer match): every run allows it.
+const MISMATCH: &str = "--allow-mismatch";
+
+fn export(root: &Path, id: &str) -> PathBuf {
+    root.join("AWSDynamoDB").join(id)
+}
+
+/// Every file below `dir`: relative path -> MD5.
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    files_under(dir)
+        .into_iter()
+        .map(|p| (p.strip_prefix(dir).unwrap().to_string_lossy().into_owned(), md5_b64(&std::fs::read(&p).unwrap())))
+        .collect()
+}
+
+/// Every file below `dir`: relative path -> (inode, modification time in ns).
+fn stamps(dir: &Path) -> BTreeMap<String, (u64, i64)> {
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let m = std::fs::metadata(&p).unwrap();
+            (
+                p.strip_prefix(dir).unwrap().to_string_lossy().into_owned(),
+                (m.ino(), m.mtime() * 1_000_000_000 + m.mtime_nsec()),
+            )
+        })
+        .collect()
+}
+
+/// The bytes of each table's part files (not `_etl`).
+fn table_bytes(out: &Path) -> BTreeMap<String, Vec<u8>> {
+    tree(out)
+        .into_keys()
+        .filter(|k| !k.starts_with("_etl/"))
+        .map(|k| {
+            let bytes = std::fs::read(out.join(&k)).unwrap();
+            (k, bytes)
+        })
+        .collect()
+}
+
+/// The whole chain unwound in one run: the reference.
+fn one_run(root: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join("one-run");
+    unwind(&[root], &out, &["--allow-gap", MISMATCH], 0);
+    out
+}
+
+/// `DIR` made from the full export, then inc 1 applied onto it.
+fn full_then_inc1(root: &Path, out: &Path) {
+    unwind(&[&export(root, FULL)], out, &[MISMATCH], 0);
+    unwind(&[&export(root, INC1)], out, &["--allow-gap", MISMATCH], 0);
+}
+
+#[test]
+fn the_real_fixture_applied_one_export_at_a_time() {
+    let Some(root) = real_export() else {
+        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = one_run(&root, tmp.path());
+    let out = tmp.path().join("out");
+
+    // The full export alone: its output keeps it in `_etl/base/`, byte for byte.
+    unwind(&[&export(&root, FULL)], &out, &[MISMATCH], 0);
+    let fixture = tree(&root);
+    let base = tree(&out.join("_etl/base"));
+    assert!(base.keys().any(|k| k.ends_with("manifest-files.json")), "{base:?}");
+    for (k, md5) in &base {
+        assert!(k.starts_with(&format!("AWSDynamoDB/{FULL}/")), "only the full export is kept: {k}");
+        assert_eq!(fixture.get(k), Some(md5), "`{k}` is not the fixture's bytes");
+    }
+    assert_eq!(base.len(), fixture.keys().filter(|k| k.starts_with(&format!("AWSDynamoDB/{FULL}/"))).count());
+    assert_eq!(canonical_rows(&out.join("_untyped")).len(), 3);
+
+    // Inc 1: the real 69 s gap after the full export is refused, naming both, the output untouched.
+    let before = tree(&out);
+    let run = unwind(&[&export(&root, INC1)], &out, &[MISMATCH], 1);
+    for needle in [
+        format!("`{FULL}` covers up to 2026-01-14T10:18:50.622Z"),
+        format!("`{INC1}` starts at 2026-01-14T10:20:00.000Z (69.378 s later)"),
+        "--allow-gap".to_owned(),
+    ] {
+        assert!(run.stderr.contains(&needle), "{needle}: {}", run.stderr);
+    }
+    assert_eq!(tree(&out), before);
+    // Allowed: applied and reported, relative to the previous output.
+    let run = unwind(&[&export(&root, INC1)], &out, &["--allow-gap", MISMATCH], 0);
+    assert!(run.stderr.contains("gap of 69.378 s allowed by `--allow-gap`"), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("onto the output holding exports up to `{FULL}`")), "{}", run.stderr);
+    let c = run_report(&out)["chain"].clone();
+    assert_eq!(c["previous_export"], FULL);
+    assert_eq!(c["gaps"][0]["seconds"], 69.378);
+    let windows = |c: &Json| -> Vec<String> {
+        c["windows"].as_array().unwrap().iter().map(|w| w["export"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(windows(&c), [INC1]);
+    let counts = |c: &Json| {
+        let t = &c["tables"]["_untyped"];
+        ["inserts", "updates", "deletes", "moved_in", "moved_out", "unmatched_deletes"].map(|k| t[k].as_u64().unwrap())
+    };
+    // (2,1) (2,2) (2,3) (3,1) (3,2) (3,3) inserted.
+    assert_eq!(counts(&c), [6, 0, 0, 0, 0, 0]);
+    assert_eq!(canonical_rows(&out.join("_untyped")).len(), 9);
+
+    // Inc 2: the gap before inc 1 was allowed when inc 1 was applied; it is not asked again.
+    let run = unwind(&[&export(&root, INC2)], &out, &[MISMATCH], 0);
+    assert!(!run.stderr.contains("gap"), "{}", run.stderr);
+    let report = run_report(&out);
+    let c = &report["chain"];
+    assert_eq!((c["previous_export"].as_str(), windows(c)), (Some(INC1), vec![INC2.to_owned()]));
+    assert!(c["gaps"].as_array().unwrap().is_empty());
+    // Relative to the previous output: (4,2) inserted; (3,2) and (1,3) updated; (1,1) and
+    // (2,3) (inserted by inc 1) deleted.
+    assert_eq!(counts(c), [1, 2, 2, 0, 0, 0]);
+    assert_eq!((c["created_and_deleted"].as_u64(), c["unmatched_deletes"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(report["reconciliation"]["balanced"], true);
+    // The 8 items of the NOTICE, value by value, and the same bytes as the chain in one run.
+    assert_eq!(canonical_rows(&out.join("_untyped")), crate::real_export::final_state());
+    assert_eq!(table_bytes(&out), table_bytes(&reference));
+    assert!(!table_bytes(&out).is_empty());
+    let state: Json = serde_json::from_slice(&std::fs::read(out.join("_etl/state.json")).unwrap()).unwrap();
+    let applied: Vec<&str> =
+        state["applied"].as_array().unwrap().iter().map(|a| a["export_id"].as_str().unwrap()).collect();
+    assert_eq!(applied, [FULL, INC1, INC2]);
+    assert_eq!(state["key_attributes"], json!(["pk", "sk"]));
+    // The base now holds the three exports, still the fixture's bytes.
+    for (k, md5) in tree(&out.join("_etl/base")) {
+        assert_eq!(fixture.get(&k), Some(&md5), "`{k}`");
+    }
+
+    // Inc 2 again: a no-op, no file rewritten.
+    let before = stamps(&out);
+    let run = unwind(&[&export(&root, INC2)], &out, &[MISMATCH], 0);
+    assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
+    assert_eq!(stamps(&out), before);
+    // Inc 1 after inc 2: refused (exit 1), nothing rewritten.
+    let run = unwind(&[&export(&root, INC1)], &out, &["--allow-gap", MISMATCH], 1);
+    assert!(run.stderr.contains("before the exports"), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("export `{INC2}`")), "{}", run.stderr);
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    assert_eq!(stamps(&out), before);
+    // Both incrementals onto the full export's output in one apply: the same bytes again.
+    let out2 = tmp.path().join("out2");
+    unwind(&[&export(&root, FULL)], &out2, &[MISMATCH], 0);
+    unwind(&[&export(&root, INC2), &export(&root, INC1)], &out2, &["--allow-gap", MISMATCH], 0);
+    assert_eq!(table_bytes(&out2), table_bytes(&reference));
+    assert_eq!(windows(&run_report(&out2)["chain"]), [INC1, INC2]);
+}
+
+#[test]
+fn an_output_without_a_base_is_refused_with_a_hint() {
+    let Some(root) = real_export() else {
+        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    // An output made from bare data lines (as from a scan): nothing to apply changes to.
+    let lines = tmp.path().join("items.json");
+    std::fs::write(&lines, "{\"Item\":{\"pk\":{\"N\":\"1\"},\"sk\":{\"N\":\"1\"}}}\n").unwrap();
+    let out = tmp.path().join("out");
+    unwind(&[&lines], &out, &[], 0);
+    assert!(!out.join("_etl/base").exists());
+    let before = tree(&out);
+    let run = unwind(&[&export(&root, INC1)], &out, &["--allow-gap", MISMATCH], 2);
+    assert!(run.stderr.contains("holds no `_etl/base/`"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint:") && run.stderr.contains("etl unwind FULL INC1 INC2"), "{}", run.stderr);
+    assert_eq!(tree(&out), before);
+}
+
+fn spawn_apply(inc: &Path, out: &Path, env: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+    cmd.args(["unwind", "-q", "--allow-gap", MISMATCH, "--out"]).arg(out).arg(inc).env("NO_COLOR", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn wait(mut child: Child) -> (std::process::ExitStatus, String) {
+    use std::io::Read as _;
+    let mut err = child.stderr.take().unwrap();
+    let status = wait_or_kill(&mut child, Instant::now(), Duration::from_secs(120), "etl");
+    let mut text = String::new();
+    err.read_to_string(&mut text).unwrap();
+    (status, text)
+}
+
+#[test]
+fn kill_9_while_applying_keeps_the_previous_output() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some(root) = real_export() else {
+        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = one_run(&root, tmp.path());
+    // What a complete apply of inc 2 gives (without its run report, which records times).
+    let complete = tmp.path().join("complete");
+    full_then_inc1(&root, &complete);
+    unwind(&[&export(&root, INC2)], &complete, &[MISMATCH], 0);
+    let mut complete = tree(&complete);
+    complete.remove("_etl/run.json");
+
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    eprintln!("kill_9_while_applying_keeps_the_previous_output: seed {seed}");
+    let mut rng = seed | 1;
+    let mut unit = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    // Kills at exact commit steps (both publish paths), then at random times.
+    let mut cases: Vec<(Vec<(&str, &str)>, f64)> = vec![
+        (vec![("ETL_TEST_KILL_AT", "staged")], 0.0),
+        (vec![("ETL_TEST_KILL_AT", "exchanged")], 0.0),
+        (vec![("ETL_TEST_KILL_AT", "fallback-named"), ("ETL_TEST_NO_RENAME_EXCHANGE", "1")], 0.0),
+        (vec![("ETL_TEST_KILL_AT", "fallback-journaled"), ("ETL_TEST_NO_RENAME_EXCHANGE", "1")], 0.0),
+        (vec![("ETL_TEST_KILL_AT", "fallback-published"), ("ETL_TEST_NO_RENAME_EXCHANGE", "1")], 0.0),
+    ];
+    for _ in 0..12 {
+        cases.push((vec![], unit()));
+    }
+    let (mut landed, mut published) = (0, 0);
+    for (n, (env, when)) in cases.iter().enumerate() {
+        let out = tmp.path().join(format!("out-{n}"));
+        full_then_inc1(&root, &out);
+        let previous = tree(&out);
+        // A timed run first, so the random kill lands inside a run's own span.
+        let start = Instant::now();
+        let child = spawn_apply(&export(&root, INC2), &out, env);
+        let mut child = child;
+        if env.is_empty() {
+            std::thread::sleep(Duration::from_millis(10).mul_f64(1.0 + 30.0 * when));
+            let _ = child.kill();
+        }
+        let (status, stderr) = wait(child);
+        let at = format!("case {n} ({env:?}, {:?})", start.elapsed());
+        if status.signal() == Some(libc::SIGKILL) {
+            landed += 1;
+        } else {
+            assert!(status.success(), "{at}: {status:?}\n{stderr}");
+        }
+        if out.exists() {
+            let now = tree(&out);
+            if now != previous {
+                let mut data = now;
+                data.remove("_etl/run.json");
+                assert_eq!(data, complete, "{at}: the output is neither the previous one nor the complete one");
+                published += 1;
+            }
+        } else {
+            assert!(env.iter().any(|(k, _)| *k == "ETL_TEST_NO_RENAME_EXCHANGE"), "{at}: no output");
+        }
+        // A re-run gives the right state, whatever the kill left.
+        let (status, stderr) = wait(spawn_apply(&export(&root, INC2), &out, &[]));
+        assert!(status.success(), "{at}: the re-run failed\n{stderr}");
+        assert_eq!(canonical_rows(&out.join("_untyped")), crate::real_export::final_state(), "{at}");
+        assert_eq!(table_bytes(&out), table_bytes(&reference), "{at}");
+        let leftovers: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| f.starts_with(&format!(".out-{n}.etl-")) && !f.ends_with("etl-lock"))
+            .collect();
+        assert!(leftovers.is_empty(), "{at}: {leftovers:?}");
+    }
+    eprintln!("kill_9_while_applying_keeps_the_previous_output: {landed} kills landed, {published} published before");
+    assert!(landed >= 5, "the kills at commit steps all land");
+}
+
+#[test]
+fn two_applies_on_one_output_one_commits_the_other_changes_nothing() {
+    let Some(root) = real_export() else {
+        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    full_then_inc1(&root, &out);
+    let previous = tree(&out);
+    let go = tmp.path().join("go");
+    let first = spawn_apply(
+        &export(&root, INC2),
+        &out,
+        &[("ETL_TEST_PAUSE_AT", "staged"), ("ETL_TEST_PAUSE_FILE", go.to_str().unwrap())],
+    );
+    let first_pid = first.id();
+    let reached = go.with_file_name("go.reached");
+    let start = Instant::now();
+    while !reached.exists() {
+        assert!(start.elapsed() < Duration::from_secs(120), "the first apply never got to its commit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let second = etl(["unwind", "-q", MISMATCH, "--out", out.to_str().unwrap(), export(&root, INC2).to_str().unwrap()]);
+    assert_eq!(second.code, 1, "{}", second.stderr);
+    assert!(second.stderr.contains("being written by another etl run"), "{}", second.stderr);
+    assert!(second.stderr.contains(&format!("pid {first_pid}")), "{}", second.stderr);
+    assert_eq!(tree(&out), previous, "the losing apply changed the output");
+    std::fs::write(&go, "").unwrap();
+    let (status, stderr) = wait(first);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(canonical_rows(&out.join("_untyped")), crate::real_export::final_state());
+    let state: Json = serde_json::from_slice(&std::fs::read(out.join("_etl/state.json")).unwrap()).unwrap();
+    assert_eq!(state["applied"].as_array().unwrap().len(), 3);
+}
