@@ -11,6 +11,7 @@ mod corpus;
 mod fault;
 mod fuzz;
 mod import;
+mod incremental;
 mod interop;
 mod ion;
 mod json_conformance;
