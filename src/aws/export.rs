@@ -1,16 +1,21 @@
-//! DynamoDB Export to S3: start a full export, describe, wait for and list exports, and say
-//! where an export's `manifest-summary.json` is.
+//! DynamoDB Export to S3: start a full or incremental export, describe, wait for and list
+//! exports, and say where an export's `manifest-summary.json` is; the next incremental window
+//! after the last one an output holds ([`next_window`]).
 //!
 //! Owns the facts of the export API (statuses, failure codes, `ExportManifest`) and the quirks
 //! of the local stand-in, moto 5.2.5: an `ExportArn` that embeds the whole table ARN, no
 //! `ExportManifest`, times or `ClientToken` in descriptions, `DYNAMO_JSON` as the format name,
-//! and HTTP 500 when `S3Prefix` is missing. It never reads the exported data.
+//! and HTTP 500 when `S3Prefix` is missing; it accepts `INCREMENTAL_EXPORT` but ignores
+//! `IncrementalExportSpecification` and writes a full dump. It never reads the exported data.
 
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::{DateTime, DateTimeFormat};
-use aws_sdk_dynamodb::types::{ExportDescription, ExportSummary, ExportType};
+use aws_sdk_dynamodb::types::{
+    ExportDescription, ExportSummary, ExportType, ExportViewType, IncrementalExportSpecification,
+};
+use chrono::{DateTime as Utc3339, SecondsFormat, Utc};
 use futures::StreamExt as _;
 
 use super::dynamodb::{Call, DynamoError, map_sdk_error, region_of};
@@ -32,7 +37,82 @@ impl ExportFormat {
     }
 }
 
-/// A full export to start.
+/// The `ExportViewType` of an incremental export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportView {
+    #[default]
+    NewAndOldImages,
+    NewImage,
+}
+
+impl ExportView {
+    fn sdk(self) -> ExportViewType {
+        match self {
+            ExportView::NewAndOldImages => ExportViewType::NewAndOldImages,
+            ExportView::NewImage => ExportViewType::NewImage,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExportView::NewAndOldImages => "NEW_AND_OLD_IMAGES",
+            ExportView::NewImage => "NEW_IMAGE",
+        }
+    }
+}
+
+/// An incremental export's window, `from` inclusive, `to` exclusive, and its view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IncrementalWindow {
+    pub from: Utc3339<Utc>,
+    pub to: Utc3339<Utc>,
+    pub view: ExportView,
+}
+
+/// The shortest window DynamoDB exports.
+pub const MIN_WINDOW_SECONDS: i64 = 15 * 60;
+/// The longest window DynamoDB exports.
+pub const MAX_WINDOW_SECONDS: i64 = 24 * 3600;
+
+/// Why no incremental export can start yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the output holds the table up to {last}, {} ago; DynamoDB exports windows of at least 15 minutes, so the next one can start at {ready}", minutes(.elapsed_seconds)
+)]
+pub struct TooSoon {
+    pub last: String,
+    pub ready: String,
+    pub elapsed_seconds: i64,
+}
+
+fn minutes(seconds: &i64) -> String {
+    if *seconds < 0 { "in the future".to_owned() } else { format!("{}m{:02}s", seconds / 60, seconds % 60) }
+}
+
+/// `2026-01-14T10:35:00.000Z`, as export manifests write times.
+pub fn iso(t: &Utc3339<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The window after `last_to` (the end of what an output holds) at `now`, whole seconds: from
+/// `last_to` to `now`, clamped to 24 hours (the rest is for the next run). Less than 15 minutes
+/// after `last_to` is [`TooSoon`]: a shorter window is refused by DynamoDB, and a window that
+/// starts earlier would only export changes the output already holds.
+pub fn next_window(last_to: Utc3339<Utc>, now: Utc3339<Utc>, view: ExportView) -> Result<IncrementalWindow, TooSoon> {
+    let now = Utc3339::<Utc>::from_timestamp(now.timestamp(), 0).unwrap_or(now);
+    let elapsed = (now - last_to).num_seconds();
+    if elapsed < MIN_WINDOW_SECONDS {
+        return Err(TooSoon {
+            last: iso(&last_to),
+            ready: iso(&(last_to + chrono::Duration::seconds(MIN_WINDOW_SECONDS))),
+            elapsed_seconds: elapsed,
+        });
+    }
+    let to = now.min(last_to + chrono::Duration::seconds(MAX_WINDOW_SECONDS));
+    Ok(IncrementalWindow { from: last_to, to, view })
+}
+
+/// An export to start: a full export, or with `incremental` the changes of a window.
 #[derive(Debug, Clone, Default)]
 pub struct StartExport {
     pub table: String,
@@ -47,6 +127,8 @@ pub struct StartExport {
     /// the export it started instead of starting another. `None` makes a fresh one, so every
     /// call starts a new export; the SDK reuses it across its own retries.
     pub client_token: Option<String>,
+    /// An incremental export of this window instead of a full export.
+    pub incremental: Option<IncrementalWindow>,
 }
 
 /// What DynamoDB says about one export. Times are RFC 3339.
@@ -185,8 +267,9 @@ pub async fn table_arn(client: &Client, table: &str) -> Result<String, DynamoErr
     })
 }
 
-/// Starts a full export of `req.table` (point-in-time recovery must be enabled): looks up the
-/// table's ARN, then calls `ExportTableToPointInTime` with `FULL_EXPORT` and a client token.
+/// Starts an export of `req.table` (point-in-time recovery must be enabled): looks up the
+/// table's ARN, then calls `ExportTableToPointInTime` with `FULL_EXPORT`, or `INCREMENTAL_EXPORT`
+/// and the window, and a client token.
 pub async fn start_export(client: &Client, req: &StartExport) -> Result<ExportInfo, DynamoError> {
     let span =
         tracing::info_span!("start_export", table = %req.table, bucket = %req.bucket, arn = tracing::field::Empty);
@@ -204,7 +287,14 @@ pub async fn start_export(client: &Client, req: &StartExport) -> Result<ExportIn
         .set_s3_prefix(req.prefix.clone().filter(|p| !p.is_empty()))
         .set_s3_bucket_owner(req.bucket_owner.clone())
         .export_format(req.format.sdk())
-        .export_type(ExportType::FullExport)
+        .export_type(if req.incremental.is_some() { ExportType::IncrementalExport } else { ExportType::FullExport })
+        .set_incremental_export_specification(req.incremental.map(|w| {
+            IncrementalExportSpecification::builder()
+                .export_from_time(DateTime::from_millis(w.from.timestamp_millis()))
+                .export_to_time(DateTime::from_millis(w.to.timestamp_millis()))
+                .export_view_type(w.view.sdk())
+                .build()
+        }))
         .client_token(token)
         .send()
         .await
@@ -434,6 +524,30 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["status"], "IN_PROGRESS");
         assert_eq!(json["start_time"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn the_next_window_starts_where_the_last_ended_and_lasts_15_minutes_to_a_day() {
+        let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let last = t("2026-01-14T10:35:00Z");
+        let w = next_window(last, t("2026-01-14T11:00:30.750Z"), ExportView::NewImage).unwrap();
+        assert_eq!((iso(&w.from), iso(&w.to)), ("2026-01-14T10:35:00.000Z".into(), "2026-01-14T11:00:30.000Z".into()));
+        assert_eq!(w.view, ExportView::NewImage);
+        // Exactly 15 minutes is enough; a second less is too soon, and says when to come back.
+        assert!(next_window(last, t("2026-01-14T10:50:00Z"), ExportView::NewImage).is_ok());
+        let e = next_window(last, t("2026-01-14T10:49:59Z"), ExportView::NewImage).unwrap_err();
+        assert_eq!(e.ready, "2026-01-14T10:50:00.000Z");
+        assert_eq!(e.elapsed_seconds, 899);
+        assert!(e.to_string().contains("14m59s ago"), "{e}");
+        assert!(
+            next_window(last, t("2026-01-14T10:00:00Z"), ExportView::NewImage)
+                .unwrap_err()
+                .to_string()
+                .contains("in the future")
+        );
+        // More than a day: clamped to a day.
+        let w = next_window(last, t("2026-01-16T00:00:00Z"), ExportView::NewAndOldImages).unwrap();
+        assert_eq!(iso(&w.to), "2026-01-15T10:35:00.000Z");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `etl export`: start a DynamoDB Export to S3 (and wait for it), list a table's exports, and
-//! the AWS flags shared by every command that talks to AWS.
+//! `etl export`: start a DynamoDB Export to S3 (and wait for it), full or incremental (the next
+//! window after what an etl output holds, from its `_etl/state.json`), list a table's exports,
+//! and the AWS flags shared by every command that talks to AWS.
 //!
 //! stdout carries only what a script consumes: the export ARN, or with `--wait` the manifest
 //! location (so a job can run `etl unwind "$(etl export start ... --wait)"`), or the list.
@@ -15,11 +16,16 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::table::{Align, Table};
 use super::{ExitStatus, Printer};
 use crate::aws::dynamodb::{self, DynamoError};
-use crate::aws::export::{self, ExportFormat, ExportInfo, ExportSummaryInfo, StartExport};
+use crate::aws::export::{
+    self, ExportFormat, ExportInfo, ExportSummaryInfo, ExportView, IncrementalWindow, StartExport,
+};
+use crate::state::{RunState, STATE_FILE, StateError};
+use crate::store::{Location, LocationError, StoreError};
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
-    /// Start a full export of a table to S3 (the table needs point-in-time recovery).
+    /// Start a full export of a table to S3, or with `--incremental --since DIR` the next
+    /// incremental export after what DIR holds (the table needs point-in-time recovery).
     Start(StartArgs),
     /// List a table's exports: ARN, status, type and start time.
     List(ListArgs),
@@ -71,8 +77,121 @@ pub struct StartArgs {
     /// Idempotency token: the same token within 8 hours returns that export instead of starting another.
     #[arg(long, value_name = "TOKEN", hide_short_help = true)]
     pub client_token: Option<String>,
+    /// Start an incremental export: the changes from the end of what `--since` holds to now
+    /// (15 minutes to 24 hours; a longer time is cut at 24 hours, a shorter one refused).
+    #[arg(long, requires = "since")]
+    pub incremental: bool,
+    /// An etl output (local or `s3://`) whose `_etl/state.json` says up to when it holds the table.
+    #[arg(long, value_name = "DIR", requires = "incremental")]
+    pub since: Option<String>,
+    /// What an incremental export's change records carry.
+    #[arg(long, value_enum, default_value_t, requires = "incremental")]
+    pub view: ViewArg,
     #[command(flatten)]
     pub aws: AwsArgs,
+}
+
+/// The `ExportViewType` of an incremental export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ViewArg {
+    /// `NEW_AND_OLD_IMAGES`: updates and deletes also carry the old image.
+    #[default]
+    NewAndOldImages,
+    /// `NEW_IMAGE`: deletes carry only the key.
+    NewImage,
+}
+
+/// Why `--since` gives no window to export.
+#[derive(Debug, thiserror::Error)]
+pub enum SinceError {
+    #[error(transparent)]
+    Location(#[from] LocationError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("`{dir}` has no `{STATE_FILE}`, so it says nothing of what it holds")]
+    NoState { dir: String },
+    #[error("`{dir}` holds no export with a valid end time (`exportToTime` or `exportTime`)")]
+    NoTime { dir: String },
+    #[error("`{dir}` holds table `{held}`, not `{table}`")]
+    OtherTable { dir: String, held: String, table: String },
+    #[error(transparent)]
+    TooSoon(#[from] export::TooSoon),
+}
+
+impl SinceError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            SinceError::Location(e) => e.hint().map(str::to_owned),
+            SinceError::Store(e) => Some(e.hint().to_owned()),
+            SinceError::State(e) => e.hint(),
+            SinceError::NoState { .. } | SinceError::NoTime { .. } => Some(
+                "unwind a full export into it first (`etl export start --wait`, then `etl unwind`), or name the output a scheduled job writes".into(),
+            ),
+            SinceError::OtherTable { .. } => Some("name the table the output was made from, or another `--since`".into()),
+            SinceError::TooSoon(e) => {
+                Some(format!("run again at or after {}; nothing was started", e.ready))
+            }
+        }
+    }
+
+    /// Too soon is the data's answer (exit 1); anything else is usage or configuration (exit 2).
+    fn status(&self) -> ExitStatus {
+        if matches!(self, SinceError::TooSoon(_)) { ExitStatus::Failure } else { ExitStatus::Error }
+    }
+}
+
+/// The run state of the output at `since`, local or in an object store.
+async fn read_state(since: &str, aws: &AwsArgs) -> Result<RunState, SinceError> {
+    let no_state = || SinceError::NoState { dir: since.to_owned() };
+    match Location::parse(since)? {
+        Location::Object(url) => {
+            let store = crate::store::open(&url, &aws.options()).await?;
+            let key = format!("{}{STATE_FILE}", url.dir_prefix());
+            let state_url = url.url_of(&key);
+            let got =
+                match object_store::ObjectStoreExt::get(&store, &object_store::path::Path::from(key.as_str())).await {
+                    Ok(got) => got,
+                    Err(object_store::Error::NotFound { .. }) => return Err(no_state()),
+                    Err(e) => return Err(StoreError::object("read", &state_url, &e).into()),
+                };
+            let bytes = got.bytes().await.map_err(|e| StoreError::object("read", &state_url, &e))?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| StateError::Invalid { path: state_url, message: e.to_string() }.into())
+        }
+        Location::Path(dir) => crate::state::read_local(&dir)?.ok_or_else(no_state),
+        Location::Stdin | Location::DynamoDb { .. } => Err(LocationError::WrongRole {
+            given: since.to_owned(),
+            role: "an etl output (a folder or an `s3://` prefix)",
+        }
+        .into()),
+    }
+}
+
+/// The next window after what `state` holds (the latest end of its exports), at `now`.
+fn window_after(
+    state: &RunState,
+    since: &str,
+    table: &str,
+    now: chrono::DateTime<chrono::Utc>,
+    view: ExportView,
+) -> Result<IncrementalWindow, SinceError> {
+    if let Some(held) = &state.table_arn {
+        let same = if table.contains(":table/") { held == table } else { held.rsplit("table/").next() == Some(table) };
+        if !same {
+            return Err(SinceError::OtherTable { dir: since.to_owned(), held: held.clone(), table: table.to_owned() });
+        }
+    }
+    let last = state
+        .applied
+        .iter()
+        .filter_map(|a| a.to_time.as_deref().or(a.export_time.as_deref()))
+        .filter_map(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .max()
+        .ok_or_else(|| SinceError::NoTime { dir: since.to_owned() })?;
+    Ok(export::next_window(last, now, view)?)
 }
 
 #[derive(Debug, Args)]
@@ -113,7 +232,40 @@ pub fn run(cmd: ExportCommand, printer: &Printer) -> ExitStatus {
 
 async fn start(args: StartArgs, printer: &Printer) -> ExitStatus {
     // Destructure every field so a new flag cannot be forgotten here.
-    let StartArgs { table, bucket, prefix, format, wait, poll_interval, bucket_owner, client_token, aws } = args;
+    let StartArgs {
+        table,
+        bucket,
+        prefix,
+        format,
+        wait,
+        poll_interval,
+        bucket_owner,
+        client_token,
+        incremental,
+        since,
+        view,
+        aws,
+    } = args;
+    let window = match (incremental, since) {
+        (true, Some(since)) => {
+            let view = match view {
+                ViewArg::NewAndOldImages => ExportView::NewAndOldImages,
+                ViewArg::NewImage => ExportView::NewImage,
+            };
+            let found = match read_state(&since, &aws).await {
+                Ok(state) => window_after(&state, &since, &table, chrono::Utc::now(), view),
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    printer.error_chain(&e, e.hint().as_deref());
+                    return e.status();
+                }
+            }
+        }
+        _ => None,
+    };
     let sdk = aws.options().sdk_config().await;
     let endpoint = dynamodb::endpoint_label(&sdk);
     let client = dynamodb::client(&sdk);
@@ -127,12 +279,23 @@ async fn start(args: StartArgs, printer: &Printer) -> ExitStatus {
         },
         bucket_owner,
         client_token,
+        incremental: window,
     };
     let info = match export::start_export(&client, &req).await {
         Ok(info) => info,
         Err(e) => return fail(printer, e, endpoint),
     };
-    printer.info(&format!("started export `{}` of table `{table}`: {}", info.arn, info.status));
+    match &window {
+        Some(w) => printer.info(&format!(
+            "started incremental export `{}` of table `{table}` ({} to {}, {}): {}",
+            info.arn,
+            export::iso(&w.from),
+            export::iso(&w.to),
+            w.view.as_str(),
+            info.status
+        )),
+        None => printer.info(&format!("started export `{}` of table `{table}`: {}", info.arn, info.status)),
+    }
     if !wait {
         return print_stdout(printer, &info.arn);
     }

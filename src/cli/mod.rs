@@ -196,6 +196,39 @@ pub struct SampleArgs {
     /// Data-file format of the export, as DynamoDB's Export to S3 writes it.
     #[arg(long, value_enum, default_value_t)]
     pub format: export::FormatArg,
+    /// Also write N incremental exports after the full one (their data files in the shared
+    /// `AWSDynamoDB/data/`), and the table's state at the end of the last one as a full export
+    /// in `--final` (with `changes.json`, what the chain changed).
+    #[arg(long, value_name = "N")]
+    pub incrementals: Option<usize>,
+    /// Percent of the table's items each incremental window changes (inserts come on top).
+    #[arg(long, value_name = "P", default_value_t = 5.0, requires = "incrementals")]
+    pub change_percent: f64,
+    /// `outputView` of the incremental exports.
+    #[arg(long, value_enum, default_value_t, requires = "incrementals")]
+    pub view: ViewArg,
+    /// Seconds of gap before the last incremental window (nothing covers them).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "incrementals")]
+    pub gap: u64,
+    /// Seconds each incremental window after the first starts before the previous one ends (below 900).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "incrementals")]
+    pub overlap: u64,
+    /// Folder for the final state's full export [default: OUT/final].
+    #[arg(long = "final", value_name = "DIR", requires = "incrementals", conflicts_with = "no_final")]
+    pub final_out: Option<PathBuf>,
+    /// Do not write the final state (faster, for benchmark inputs).
+    #[arg(long, requires = "incrementals")]
+    pub no_final: bool,
+}
+
+/// The `outputView` of sample incremental exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ViewArg {
+    /// `NEW_AND_OLD_IMAGES`: updates and deletes carry the old image.
+    #[default]
+    NewAndOldImages,
+    /// `NEW_IMAGE`: deletes carry only `Keys`.
+    NewImage,
 }
 
 /// Entry point of the `etl` binary.
@@ -389,7 +422,22 @@ fn not_reconciled(report: &RunManifest, outcome: &str) -> String {
 }
 
 fn sample(args: SampleArgs, printer: &Printer) -> ExitStatus {
-    let SampleArgs { out, items, users, files, seed, scan_json, format } = args;
+    let SampleArgs {
+        out,
+        items,
+        users,
+        files,
+        seed,
+        scan_json,
+        format,
+        incrementals,
+        change_percent,
+        view,
+        gap,
+        overlap,
+        final_out,
+        no_final,
+    } = args;
     let users = match (items, users) {
         (Some(n), _) => crate::sample::users_for_items(n),
         (None, Some(u)) => u,
@@ -399,16 +447,49 @@ fn sample(args: SampleArgs, printer: &Printer) -> ExitStatus {
         export::FormatArg::DynamodbJson => crate::sample::SampleFormat::DynamodbJson,
         export::FormatArg::Ion => crate::sample::SampleFormat::Ion,
     };
+    let incremental = incrementals.map(|count| crate::sample::IncrementalOptions {
+        count,
+        change_percent,
+        view: match view {
+            ViewArg::NewAndOldImages => crate::sample::View::NewAndOldImages,
+            ViewArg::NewImage => crate::sample::View::NewImage,
+        },
+        gap_seconds: gap,
+        overlap_seconds: overlap,
+        final_out: (!no_final).then(|| final_out.unwrap_or_else(|| crate::sample::default_final_out(&out))),
+    });
     let opts = crate::sample::SampleOptions { out, users, files: files.max(1), seed, scan_json, format };
-    match crate::sample::generate(&opts) {
+    let s = match crate::sample::generate(&opts) {
+        Ok(s) => s,
+        Err(e) => {
+            printer.error_chain(&e, None);
+            return ExitStatus::Error;
+        }
+    };
+    printer.info(&format!(
+        "wrote {} items in {} data files ({} bytes compressed) to `{}`",
+        s.items,
+        s.data_files,
+        s.compressed_bytes,
+        s.export_dir.display()
+    ));
+    let Some(inc) = incremental else { return ExitStatus::Success };
+    match crate::sample::generate_incrementals(&opts, &inc) {
         Ok(s) => {
-            printer.info(&format!(
-                "wrote {} items in {} data files ({} bytes compressed) to `{}`",
-                s.items,
-                s.data_files,
-                s.compressed_bytes,
-                s.export_dir.display()
-            ));
+            for w in &s.windows {
+                printer.info(&format!(
+                    "wrote incremental export `{}` ({} to {}, {}): {} change records",
+                    w.export_id, w.from_time, w.to_time, w.output_view, w.records
+                ));
+            }
+            if let Some(dir) = &s.final_export {
+                printer.info(&format!(
+                    "wrote the final state, {} items as a full export taken at {}, to `{}`",
+                    s.final_items,
+                    s.final_export_time,
+                    dir.display()
+                ));
+            }
             ExitStatus::Success
         }
         Err(e) => {

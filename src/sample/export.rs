@@ -14,9 +14,9 @@ use flate2::{Compression, GzBuilder};
 use md5::{Digest, Md5};
 use serde::Serialize;
 
-use super::item::ExportLine;
+use super::item::{ExportLine, Item};
 use super::rng::{Rng, TAG_EXPORT};
-use super::shop::{DAY, KINDS, Shop, T_EXPORT};
+use super::shop::{DAY, KINDS, Kind, Shop, T_EXPORT};
 use super::{SampleError, SampleFormat};
 
 /// What [`write`] wrote.
@@ -31,8 +31,44 @@ pub(super) struct Written {
 
 /// Writes the export of `shop` under `out/AWSDynamoDB/<ExportId>/`; refuses an existing folder.
 pub(super) fn write(shop: &Shop, out: &Path, format: SampleFormat) -> Result<Written, SampleError> {
-    let files = shop.files();
-    let export = ExportNames::new(shop.seed(), files);
+    write_full(shop, &ExportNames::new(shop.seed(), shop.files()), out, format)
+}
+
+/// What a full export's data files are drawn from: items by partition (data file).
+pub(super) trait Partitions: Sync {
+    /// Non-empty data files.
+    fn files(&self) -> usize;
+    /// Calls `emit` for every item of `partition`, in a fixed order.
+    fn for_each_in(
+        &self,
+        partition: usize,
+        emit: &mut dyn FnMut(Kind, &Item) -> Result<(), SampleError>,
+    ) -> Result<(), SampleError>;
+}
+
+impl Partitions for Shop {
+    fn files(&self) -> usize {
+        Shop::files(self)
+    }
+
+    fn for_each_in(
+        &self,
+        partition: usize,
+        emit: &mut dyn FnMut(Kind, &Item) -> Result<(), SampleError>,
+    ) -> Result<(), SampleError> {
+        self.for_each_item(Some(partition), |kind, item| emit(kind, item))
+    }
+}
+
+/// Writes a full export named `export` of `items` under `out/AWSDynamoDB/<ExportId>/`; refuses an
+/// existing folder.
+pub(super) fn write_full<P: Partitions>(
+    items: &P,
+    export: &ExportNames,
+    out: &Path,
+    format: SampleFormat,
+) -> Result<Written, SampleError> {
+    let files = items.files();
 
     let export_dir = out.join("AWSDynamoDB").join(&export.id);
     if export_dir.exists() {
@@ -59,7 +95,7 @@ pub(super) fn write(shop: &Shop, out: &Path, format: SampleFormat) -> Result<Wri
         }
     }
 
-    let stats = write_partitions(shop, &partition_paths, format)?;
+    let stats = write_partitions(items, &partition_paths, format)?;
     write_file(&paths[export.empty_slot], &EMPTY_GZIP)?;
     let empty = FileStats {
         counts: [0; KINDS],
@@ -74,15 +110,11 @@ pub(super) fn write(shop: &Shop, out: &Path, format: SampleFormat) -> Result<Wri
             Some(p) => &stats[*p],
             None => &empty,
         };
-        let line = ManifestFileLine {
-            item_count: s.items(),
-            md5_checksum: STANDARD.encode(s.md5),
-            etag: format!("{}-1", hex(&Md5::digest(s.md5))),
-            data_file_s3_key: format!("AWSDynamoDB/{}/data/{}{ext}", export.id, export.file_names[slot]),
-        };
-        let path = export_dir.join("manifest-files.json");
-        serde_json::to_writer(&mut manifest_files, &line).map_err(|source| SampleError::Encode { path, source })?;
-        manifest_files.push(b'\n');
+        manifest_files.push(ManifestFileLine::new(
+            s.items(),
+            s.md5,
+            format!("AWSDynamoDB/{}/data/{}{ext}", export.id, export.file_names[slot]),
+        ));
     }
 
     let mut counts = [0u64; KINDS];
@@ -96,19 +128,47 @@ pub(super) fn write(shop: &Shop, out: &Path, format: SampleFormat) -> Result<Wri
         compressed_bytes += s.compressed_bytes;
     }
     let items: u64 = counts.iter().sum();
+    write_manifests(&export_dir, &manifest_files, &export.summary(items, raw_bytes, format))?;
+    Ok(Written { export_dir, counts, compressed_bytes })
+}
 
+/// Writes `manifest-files.json`, `manifest-summary.json` and their `.md5` side files.
+pub(super) fn write_manifests(
+    export_dir: &Path,
+    lines: &[ManifestFileLine],
+    summary: &ManifestSummary,
+) -> Result<(), SampleError> {
     let files_path = export_dir.join("manifest-files.json");
+    let mut manifest_files = Vec::new();
+    for line in lines {
+        serde_json::to_writer(&mut manifest_files, line)
+            .map_err(|source| SampleError::Encode { path: files_path.clone(), source })?;
+        manifest_files.push(b'\n');
+    }
     write_file(&files_path, &manifest_files)?;
     write_file(&export_dir.join("manifest-files.md5"), STANDARD.encode(Md5::digest(&manifest_files)).as_bytes())?;
 
-    let summary = export.summary(items, raw_bytes, format);
     let summary_path = export_dir.join("manifest-summary.json");
     let summary_bytes =
-        serde_json::to_vec(&summary).map_err(|source| SampleError::Encode { path: summary_path.clone(), source })?;
+        serde_json::to_vec(summary).map_err(|source| SampleError::Encode { path: summary_path.clone(), source })?;
     write_file(&summary_path, &summary_bytes)?;
-    write_file(&export_dir.join("manifest-summary.md5"), STANDARD.encode(Md5::digest(&summary_bytes)).as_bytes())?;
+    write_file(&export_dir.join("manifest-summary.md5"), STANDARD.encode(Md5::digest(&summary_bytes)).as_bytes())
+}
 
-    Ok(Written { export_dir, counts, compressed_bytes })
+/// Writes `raw` gzip-compressed to `path`; returns the MD5 and size of the compressed bytes.
+pub(super) fn write_gzip(path: &Path, raw: &[u8]) -> Result<([u8; 16], u64), SampleError> {
+    if raw.is_empty() {
+        write_file(path, &EMPTY_GZIP)?;
+        return Ok((Md5::digest(EMPTY_GZIP).into(), EMPTY_GZIP.len() as u64));
+    }
+    let io_err = |source| SampleError::Write { path: path.to_owned(), source };
+    let file = File::create(path).map_err(io_err)?;
+    let hashing = Md5Writer { inner: BufWriter::new(file), md5: Md5::new(), len: 0 };
+    let mut gz = GzBuilder::new().write(hashing, Compression::default());
+    gz.write_all(raw).map_err(io_err)?;
+    let Md5Writer { inner, md5, len } = gz.finish().map_err(io_err)?;
+    inner.into_inner().map_err(|e| io_err(e.into_error()))?.sync_all().map_err(io_err)?;
+    Ok((md5.finalize().into(), len))
 }
 
 /// The 20-byte gzip of nothing that AWS writes for an empty partition: header with mtime 0,
@@ -118,25 +178,39 @@ pub(super) const EMPTY_GZIP: [u8; 20] = [
     0x00,
 ];
 
-const BUCKET: &str = "etl-sample-exports";
+pub(super) const BUCKET: &str = "etl-sample-exports";
 const REGION: &str = "eu-west-1";
 const ACCOUNT: &str = "111122223333";
 const TABLE: &str = "shop";
 
 /// Names and times of the export, all drawn from the seed.
-struct ExportNames {
-    id: String,
-    start_ms: u64,
-    end_ms: u64,
-    table_id: String,
-    file_names: Vec<String>,
-    empty_slot: usize,
+pub(super) struct ExportNames {
+    pub(super) id: String,
+    pub(super) start_ms: u64,
+    pub(super) end_ms: u64,
+    /// The full export's `exportTime`: its start for the sample, a chosen time for the final state.
+    pub(super) export_time_ms: u64,
+    pub(super) table_id: String,
+    pub(super) file_names: Vec<String>,
+    pub(super) empty_slot: usize,
 }
 
 impl ExportNames {
-    fn new(seed: u64, files: usize) -> Self {
+    pub(super) fn new(seed: u64, files: usize) -> Self {
         let mut r = Rng::stream(seed, TAG_EXPORT, 0);
         let start_ms = T_EXPORT * 1000 + r.below(DAY * 1000);
+        Self::draw(&mut r, start_ms, files)
+    }
+
+    /// Another export of the same table, started after `after_ms`, drawn from stream `(tag, n)`.
+    pub(super) fn later(seed: u64, tag: u64, n: u64, after_ms: u64, files: usize) -> Self {
+        let table_id = Self::new(seed, 0).table_id;
+        let mut r = Rng::stream(seed, tag, n);
+        let start_ms = after_ms + r.range(60_000, 10 * 60_000);
+        ExportNames { table_id, export_time_ms: after_ms, ..Self::draw(&mut r, start_ms, files) }
+    }
+
+    fn draw(r: &mut Rng, start_ms: u64, files: usize) -> Self {
         let end_ms = start_ms + r.range(5 * 60_000, 15 * 60_000);
         let id = format!("{start_ms:014}-{:08x}", r.below(1 << 32));
         let u = [r.next_u64(), r.next_u64()];
@@ -157,10 +231,21 @@ impl ExportNames {
             }
         }
         let empty_slot = r.below(files as u64 + 1) as usize;
-        ExportNames { id, start_ms, end_ms, table_id, file_names, empty_slot }
+        ExportNames { id, start_ms, end_ms, export_time_ms: start_ms, table_id, file_names, empty_slot }
     }
 
-    fn summary(&self, items: u64, raw_bytes: u64, format: SampleFormat) -> ManifestSummary {
+    /// The summary of a full export taken at `export_time_ms` (its start, for the sample).
+    pub(super) fn summary(&self, items: u64, raw_bytes: u64, format: SampleFormat) -> ManifestSummary {
+        self.full_summary(items, raw_bytes, format, self.export_time_ms)
+    }
+
+    pub(super) fn full_summary(
+        &self,
+        items: u64,
+        raw_bytes: u64,
+        format: SampleFormat,
+        export_time_ms: u64,
+    ) -> ManifestSummary {
         let table_arn = format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{TABLE}");
         ManifestSummary {
             version: "2020-06-30",
@@ -169,7 +254,9 @@ impl ExportNames {
             end_time: iso_millis(self.end_ms),
             table_arn,
             table_id: self.table_id.clone(),
-            export_time: iso_millis(self.start_ms),
+            export_time: Some(iso_millis(export_time_ms)),
+            export_from_time: None,
+            export_to_time: None,
             s3_bucket: BUCKET,
             s3_prefix: None,
             s3_sse_algorithm: "AES256",
@@ -178,20 +265,49 @@ impl ExportNames {
             billed_size_bytes: raw_bytes,
             item_count: items,
             output_format: format.output_format(),
+            output_view: None,
+            export_type: None,
+        }
+    }
+
+    /// The summary of an incremental export of the window `from_ms..to_ms` in `view`.
+    pub(super) fn incremental_summary(
+        &self,
+        records: u64,
+        raw_bytes: u64,
+        format: SampleFormat,
+        window: (u64, u64),
+        view: &'static str,
+    ) -> ManifestSummary {
+        ManifestSummary {
+            version: "2023-08-01",
+            export_time: None,
+            export_from_time: Some(iso_millis(window.0)),
+            export_to_time: Some(iso_millis(window.1)),
+            output_view: Some(view),
+            export_type: Some("INCREMENTAL_EXPORT"),
+            ..self.full_summary(records, raw_bytes, format, 0)
         }
     }
 }
 
+/// `manifest-summary.json`; a full export has `exportTime`, an incremental one its window, view
+/// and type, in the order AWS writes them.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct ManifestSummary {
+pub(super) struct ManifestSummary {
     version: &'static str,
     export_arn: String,
     start_time: String,
     end_time: String,
     table_arn: String,
     table_id: String,
-    export_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    export_time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    export_from_time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    export_to_time: Option<String>,
     s3_bucket: &'static str,
     s3_prefix: Option<&'static str>,
     s3_sse_algorithm: &'static str,
@@ -200,15 +316,32 @@ struct ManifestSummary {
     billed_size_bytes: u64,
     item_count: u64,
     output_format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_view: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    export_type: Option<&'static str>,
 }
 
+/// One line of `manifest-files.json`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct ManifestFileLine {
+pub(super) struct ManifestFileLine {
     item_count: u64,
     md5_checksum: String,
     etag: String,
     data_file_s3_key: String,
+}
+
+impl ManifestFileLine {
+    /// A data file's line: its items, the MD5 of its bytes, and its key from the bucket prefix.
+    pub(super) fn new(item_count: u64, md5: [u8; 16], data_file_s3_key: String) -> Self {
+        ManifestFileLine {
+            item_count,
+            md5_checksum: STANDARD.encode(md5),
+            etag: format!("{}-1", hex(&Md5::digest(md5))),
+            data_file_s3_key,
+        }
+    }
 }
 
 /// `2026-01-14T10:18:50.622Z` from epoch milliseconds (proleptic Gregorian, UTC).
@@ -272,7 +405,11 @@ impl<W: Write> Write for Md5Writer<W> {
 
 /// Writes partition `i` to `paths[i]` for every `i`, on the pipeline's worker pool (one task per
 /// file, at most `available_parallelism` threads; the first failure stops the others).
-fn write_partitions(shop: &Shop, paths: &[PathBuf], format: SampleFormat) -> Result<Vec<FileStats>, SampleError> {
+fn write_partitions<P: Partitions>(
+    shop: &P,
+    paths: &[PathBuf],
+    format: SampleFormat,
+) -> Result<Vec<FileStats>, SampleError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let done = crate::pipeline::pool::run(
         threads,
@@ -292,7 +429,12 @@ fn write_partitions(shop: &Shop, paths: &[PathBuf], format: SampleFormat) -> Res
     Ok(stats.into_iter().flatten().collect())
 }
 
-fn write_partition(shop: &Shop, partition: usize, path: &Path, format: SampleFormat) -> Result<FileStats, SampleError> {
+fn write_partition<P: Partitions>(
+    shop: &P,
+    partition: usize,
+    path: &Path,
+    format: SampleFormat,
+) -> Result<FileStats, SampleError> {
     const CHUNK: usize = 1 << 20;
     let io_err = |source| SampleError::Write { path: path.to_owned(), source };
     let file = File::create(path).map_err(io_err)?;
@@ -302,7 +444,7 @@ fn write_partition(shop: &Shop, partition: usize, path: &Path, format: SampleFor
     let mut ion = String::new();
     let mut counts = [0u64; KINDS];
     let mut raw_bytes = 0u64;
-    shop.for_each_item(Some(partition), |kind, item| {
+    shop.for_each_in(partition, &mut |kind, item| {
         match format {
             SampleFormat::DynamodbJson => {
                 serde_json::to_writer(&mut buf, &ExportLine(item))

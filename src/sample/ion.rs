@@ -10,12 +10,31 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::item::{Av, Item};
+use super::item::{Av, ChangeLine, Item};
 
 /// Appends one data-file line, `$ion_1_0 {Item:{…}}` and a newline.
 pub(super) fn write_line(out: &mut String, item: &Item) {
     out.push_str("$ion_1_0 {Item:");
     write_struct(out, item.attrs());
+    out.push_str("}\n");
+}
+
+/// Appends one change record line of an incremental export,
+/// `$ion_1_0 {Metadata:{WriteTimestampMicros:…},Keys:{…},OldImage:{…},NewImage:{…}}` and a newline,
+/// the write time an Ion decimal as DynamoDB's `N` is.
+pub(super) fn write_change_line(out: &mut String, change: &ChangeLine<'_>) {
+    out.push_str("$ion_1_0 {Metadata:{WriteTimestampMicros:");
+    write_decimal(out, &change.write_micros.to_string());
+    out.push_str("},Keys:");
+    write_struct(out, change.keys.attrs());
+    if let Some(old) = change.old {
+        out.push_str(",OldImage:");
+        write_struct(out, old.attrs());
+    }
+    if let Some(new) = change.new {
+        out.push_str(",NewImage:");
+        write_struct(out, new.attrs());
+    }
     out.push_str("}\n");
 }
 

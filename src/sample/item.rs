@@ -9,7 +9,7 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
 /// One DynamoDB AttributeValue. Numbers are written as given: canonical (from [`n`] and [`fixed`])
 /// except where the shop spells one otherwise on purpose (exponent form, trailing zeros).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Av {
     S(String),
     N(String),
@@ -32,7 +32,7 @@ pub(super) fn n(v: impl ToString) -> Av {
 }
 
 /// Attributes in insertion order (a fixed order per entity, deliberately not sorted).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Item(Vec<(&'static str, Av)>);
 
 impl Item {
@@ -44,6 +44,26 @@ impl Item {
     pub(super) fn put(&mut self, name: &'static str, value: Av) -> &mut Self {
         self.0.push((name, value));
         self
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<&Av> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// Replaces the attribute's value in place, or appends it.
+    pub(super) fn set(&mut self, name: &'static str, value: Av) -> &mut Self {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((name, value)),
+        }
+        self
+    }
+
+    /// Removes the attribute; `false` when there was none.
+    pub(super) fn remove(&mut self, name: &str) -> bool {
+        let before = self.0.len();
+        self.0.retain(|(n, _)| *n != name);
+        self.0.len() != before
     }
 }
 
@@ -101,6 +121,31 @@ impl Serialize for Av {
 impl Serialize for Item {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         Attrs(&self.0).serialize(ser)
+    }
+}
+
+/// An incremental export's change record, `{"Metadata":…,"Keys":…,"OldImage":…,"NewImage":…}`
+/// (the images present or not as the view and the change say).
+pub(super) struct ChangeLine<'a> {
+    pub(super) write_micros: u64,
+    pub(super) keys: &'a Item,
+    pub(super) old: Option<&'a Item>,
+    pub(super) new: Option<&'a Item>,
+}
+
+impl Serialize for ChangeLine<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut map = ser.serialize_map(None)?;
+        let micros = Av::N(self.write_micros.to_string());
+        map.serialize_entry("Metadata", &Attrs(&[("WriteTimestampMicros", micros)]))?;
+        map.serialize_entry("Keys", self.keys)?;
+        if let Some(old) = self.old {
+            map.serialize_entry("OldImage", old)?;
+        }
+        if let Some(new) = self.new {
+            map.serialize_entry("NewImage", new)?;
+        }
+        map.end()
     }
 }
 

@@ -15,9 +15,11 @@
 //! - [`ion`]: the same values as Amazon Ion text lines;
 //! - [`shop`] (with the vocabulary in [`words`]): the entity model, which draws every item;
 //! - [`export`]: the export writer, with manifests, checksums and the empty data file;
+//! - [`incremental`]: incremental exports after the full one, and the final state they lead to;
 //! - [`scan`]: the `aws dynamodb scan` output writer.
 
 mod export;
+mod incremental;
 mod ion;
 mod item;
 mod rng;
@@ -31,6 +33,9 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 
+pub use incremental::{
+    IncrementalOptions, IncrementalSummary, NetChanges, View, WindowSummary, default_final_out, generate_incrementals,
+};
 pub use shop::users_for_items;
 use shop::{Kind, Shop};
 
@@ -96,6 +101,12 @@ pub enum SampleError {
     NoUsers,
     #[error("a sample needs at least 1 non-empty data file, got 0")]
     NoFiles,
+    #[error("incremental exports were asked for, but 0 of them")]
+    NoIncrementals,
+    #[error("a change percent is between 0 and 100, got {percent}")]
+    BadChangePercent { percent: f64 },
+    #[error("an overlap of {seconds} s is not shorter than the shortest window (900 s); hint: ask for less than 900")]
+    OverlapTooLong { seconds: u64 },
     #[error("cannot fill {files} data files with {keys} partition keys; hint: ask for fewer files or more items")]
     TooManyFiles { files: usize, keys: u64 },
     #[error("export folder `{path}` already exists; hint: remove it or choose another output folder")]

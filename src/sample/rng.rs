@@ -68,3 +68,7 @@ pub(super) const TAG_PRODUCT_CORE: u64 = 4;
 pub(super) const TAG_PRODUCT: u64 = 5;
 pub(super) const TAG_REVIEW: u64 = 6;
 pub(super) const TAG_EXPORT: u64 = 7;
+pub(super) const TAG_WINDOW: u64 = 8;
+pub(super) const TAG_CHANGE: u64 = 9;
+pub(super) const TAG_INCREMENTAL_EXPORT: u64 = 10;
+pub(super) const TAG_FINAL_EXPORT: u64 = 11;

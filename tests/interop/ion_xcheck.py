@@ -1,9 +1,10 @@
 """An independent Ion implementation (the `amazon.ion` package) checks etl's Ion exports.
 
 `read FILE.ion.gz...`: reads every line of etl's Ion data files with `amazon.ion` and prints each
-item as a DynamoDB JSON export line (`{"Item":{"PK":{"S":"..."}}}`), numbers as Python's
-`Decimal` text, so that etl's JSON decoder can compare them with the JSON export of the same
-items.
+item as a DynamoDB JSON export line (`{"Item":{"PK":{"S":"..."}}}`), or each change record of an
+incremental export as one (`{"Metadata":{"WriteTimestampMicros":{"N":"..."}},"Keys":...,
+"OldImage":...,"NewImage":...}`), numbers as Python's `Decimal` text, so that etl's JSON decoder
+can compare them with the JSON export of the same items.
 
 `write IN.json.gz OUT.ion.gz`: reads a DynamoDB JSON data file and writes the same items as Ion
 text lines with `amazon.ion`'s writer (its own number forms: `6d+2`, `103d0`), for etl to read.
@@ -84,10 +85,19 @@ def main():
                     if not line.strip():
                         continue
                     top = simpleion.loads(line)
-                    if list(top.keys()) != ["Item"]:
-                        raise ValueError(f"{path}: line is not {{Item:...}}: {line[:80]}")
-                    item = {k: to_ddb(v) for k, v in top["Item"].items()}
-                    print(json.dumps({"Item": item}, ensure_ascii=False))
+                    fields = list(top.keys())
+                    if fields == ["Item"]:
+                        item = {k: to_ddb(v) for k, v in top["Item"].items()}
+                        print(json.dumps({"Item": item}, ensure_ascii=False))
+                        continue
+                    images = [f for f in ("OldImage", "NewImage") if f in top]
+                    if fields != ["Metadata", "Keys"] + images:
+                        raise ValueError(f"{path}: line is neither {{Item:...}} nor a change record: {line[:80]}")
+                    meta = {k: to_ddb(v) for k, v in top["Metadata"].items()}
+                    record = {"Metadata": meta}
+                    for f in ["Keys"] + images:
+                        record[f] = {k: to_ddb(v) for k, v in top[f].items()}
+                    print(json.dumps(record, ensure_ascii=False))
     elif mode == "write":
         src, dst = paths
         lines = []

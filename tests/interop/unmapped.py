@@ -5,13 +5,17 @@ itself (gzip, json, Python's `decimal`), applies the documented unwind rules (RE
 compares them with what pyarrow and DuckDB read from etl's output, cell by cell. JSON-text cells
 are parsed and compared by meaning (numbers by value, sets unordered, binary decoded).
 
-Usage: unmapped.py [--type-attribute NAME] OUT_DIR SOURCE [OUT_DIR SOURCE]...
+Usage: unmapped.py [--type-attribute NAME] [--by-key A,B] OUT_DIR SOURCE [OUT_DIR SOURCE]...
 SOURCE is an export folder (`AWSDynamoDB/<id>`, files in `manifest-files.json` order) or a folder
 of bare data files (`*.json.gz`/`*.json`, in name order). Several pairs are checked in one run
 (the property test passes hundreds), each against its own output.
 Prints {"outputs": [{"items": n, "tables": {name: {"rows", "cells", "columns": [[name, type]]}}}]}:
 the types are the ones this oracle inferred (so the caller can hold them against hand-written
 expectations); exits 1 listing every mismatch on stderr.
+`--by-key A,B` compares an output whose rows and columns come in another order than SOURCE's (a
+chain of incremental exports applied, against a full export of the final state): rows are
+matched by the values of attributes A and B (an `S` each), columns by name; types and cells are
+checked as always.
 
 The rules, as documented:
 - Routing: an item whose type attribute (`Type`) is an `S` goes to the table of that value; any
@@ -376,8 +380,10 @@ def read(con, out, table):
     return pa, t.to_pylist(), dk, [dict(zip(names, r)) for r in cur.fetchall()]
 
 
-def check_output(con, out, source, type_attribute, errors):
+def check_output(con, out, source, type_attribute, errors, by_key=None):
     items = read_items(source)
+    if by_key:
+        items.sort(key=lambda r: tuple(r[2][k]["S"] for k in by_key))
     groups = {}
     for fi, ln, item in items:
         t = item.get(type_attribute)
@@ -397,6 +403,12 @@ def check_output(con, out, source, type_attribute, errors):
         columns, exp_rows = expected_table(rows)
         pa, pa_rows, dk, dk_rows = read(con, out, table)
         want_names = [c[0] for c in columns]
+        if by_key:
+            want_names = sorted(want_names)
+            pa = dict(sorted(pa.items()))
+            dk = dict(sorted(dk.items()))
+            for got_rows in (pa_rows, dk_rows):
+                got_rows.sort(key=lambda r: tuple(r[k] for k in by_key))
         if list(pa) != want_names or list(dk) != want_names:
             errors.append(f"{where}: columns pyarrow {list(pa)} / DuckDB {list(dk)}, expected {want_names}")
             continue
@@ -415,7 +427,8 @@ def check_output(con, out, source, type_attribute, errors):
             if len(got_rows) != len(exp_rows):
                 errors.append(f"{where} ({reader}): {len(got_rows)} rows, expected {len(exp_rows)}")
                 continue
-            # Rows in input order (file, then line): the documented determinism keeps it.
+            # Rows in input order (file, then line): the documented determinism keeps it (or
+            # both in key order, with `--by-key`).
             for i, (exp, got) in enumerate(zip(exp_rows, got_rows)):
                 for (name, _, _, _), e in zip(columns, exp):
                     same(e, got.get(name), f"{where}[row {i}].{name} ({reader})", errors)
@@ -436,15 +449,20 @@ def check_output(con, out, source, type_attribute, errors):
 def main():
     args = sys.argv[1:]
     type_attribute = "Type"
-    if args[:1] == ["--type-attribute"]:
-        type_attribute, args = args[1], args[2:]
+    by_key = None
+    while args[:1] in (["--type-attribute"], ["--by-key"]):
+        if args[0] == "--type-attribute":
+            type_attribute = args[1]
+        else:
+            by_key = args[1].split(",")
+        args = args[2:]
     if not args or len(args) % 2:
-        sys.exit("usage: unmapped.py [--type-attribute NAME] OUT_DIR SOURCE [OUT_DIR SOURCE]...")
+        sys.exit("usage: unmapped.py [--type-attribute NAME] [--by-key A,B] OUT_DIR SOURCE [OUT_DIR SOURCE]...")
     con = duckdb.connect()
     errors = []
     outputs = []
     for out, source in zip(args[::2], args[1::2]):
-        outputs.append(check_output(con, out, source, type_attribute, errors))
+        outputs.append(check_output(con, out, source, type_attribute, errors, by_key))
     json.dump({"outputs": outputs}, sys.stdout)
     if errors:
         print(f"{len(errors)} mismatches:", *errors[:200], sep="\n", file=sys.stderr)

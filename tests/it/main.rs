@@ -13,6 +13,7 @@ mod drift;
 mod fault;
 mod fuzz;
 mod import;
+mod incremental;
 mod interop;
 mod ion;
 mod json_conformance;
