@@ -19,9 +19,9 @@ use std::time::Instant;
 
 use super::UnwindError;
 use super::chain::Onto;
-use crate::sink::Sink;
+use crate::sink::{Sink, SinkError};
 use crate::source::chain::{Chain, ChainError, export_id};
-use crate::source::{Input, Plan};
+use crate::source::{Input, Plan, SourceError};
 use crate::state::{self, AppliedExport, Compared};
 use crate::store::{Location, Target};
 
@@ -126,54 +126,56 @@ pub struct Kept {
     pub millis: u64,
 }
 
-/// Copies every export of `plan` into the output's `_etl/base/` through `sink`, unchanged: the
-/// files of exports read from the previous output's own `_etl/base/` (at `out`) are hard-linked,
-/// the others copied. `only_exports` says the run's inputs were exports only (as
-/// [`Plan::only_exports`] said before a chain added its scratch file). `None` when they were
-/// not, or not all local (nothing kept), or the sink keeps no files.
-pub fn keep_base(
-    plan: &Plan,
-    only_exports: bool,
-    sink: &dyn Sink,
-    out: Option<&Path>,
-) -> Result<Option<Kept>, UnwindError> {
-    let local =
-        plan.exports.iter().all(|e| plan.files[e.files.clone()].iter().all(|f| matches!(f.input, Input::Path(_))));
-    if !only_exports || !local {
+/// Copies every export of `plan` into the output's `_etl/base/` through `sink`, unchanged, before
+/// anything is read, and points each data file's input at its kept copy: the bytes the run
+/// reads and verifies against the manifests are the bytes kept. The files of exports read from
+/// the previous output's own `_etl/base/` (at `out`) are hard-linked, the others copied. `None`
+/// (nothing kept, nothing changed) when the plan is not made of local exports only, or the sink
+/// keeps no files. A data file gone before it was kept fails as it would have failed reading.
+pub fn keep_base(plan: &mut Plan, sink: &dyn Sink, out: Option<&Path>) -> Result<Option<Kept>, UnwindError> {
+    let local = plan.files.iter().all(|f| matches!(f.input, Input::Path(_)));
+    if !plan.only_exports() || !local {
         return Ok(None);
     }
     let started = Instant::now();
     let previous = out.map(|o| o.join(BASE_DIR));
     let mut kept = Kept::default();
-    for e in &plan.exports {
-        let dir = Path::new(&e.export_dir);
-        let Some(root) = dir.parent().and_then(Path::parent) else { return Ok(None) };
-        let Ok(dir_rel) = dir.strip_prefix(root) else { return Ok(None) };
+    for e in 0..plan.exports.len() {
+        let dir = Path::new(&plan.exports[e].export_dir).to_owned();
+        let Some(root) = dir.parent().and_then(Path::parent).map(Path::to_owned) else { return Ok(None) };
+        let Ok(dir_rel) = dir.strip_prefix(&root) else { return Ok(None) };
         let link = previous.as_deref().is_some_and(|p| dir.starts_with(p));
-        let mut keep = |rel: &Path, from: &Path| -> Result<bool, UnwindError> {
+        let mut keep = |rel: &Path, from: &Path| -> Result<Option<std::path::PathBuf>, SinkError> {
             let rel = rel.to_string_lossy().replace('\\', "/");
-            let done = sink.keep(&format!("{BASE_DIR}/{rel}"), from, link)?;
-            if done {
+            let to = sink.keep(&format!("{BASE_DIR}/{rel}"), from, link)?;
+            if to.is_some() {
                 kept.files += 1;
                 kept.bytes += std::fs::metadata(from).map(|m| m.len()).unwrap_or(0);
             }
-            Ok(done)
+            Ok(to)
         };
         for name in EXPORT_FILES {
             let from = dir.join(name);
-            if from.is_file() && !keep(&dir_rel.join(name), &from)? {
+            if from.is_file() && keep(&dir_rel.join(name), &from)?.is_none() {
                 return Ok(None);
             }
         }
-        for f in &plan.files[e.files.clone()] {
-            let (Input::Path(from), Ok(rel)) = (&f.input, Path::new(&f.display).strip_prefix(root)) else {
+        for i in plan.exports[e].files.clone() {
+            let f = &plan.files[i];
+            let (Input::Path(from), Ok(rel)) = (&f.input, Path::new(&f.display).strip_prefix(&root)) else {
                 return Err(UnwindError::Internal {
                     message: format!("data file `{}` is not under its export's root `{}`", f.display, root.display()),
                 });
             };
-            if !keep(rel, from)? {
-                return Ok(None);
-            }
+            let to = match keep(rel, from) {
+                Ok(Some(to)) => to,
+                Ok(None) => return Ok(None),
+                Err(SinkError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(SourceError::VanishedDataFile { path: f.display.clone() }.into());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            plan.files[i].input = Input::Path(to);
         }
     }
     kept.millis = started.elapsed().as_millis() as u64;

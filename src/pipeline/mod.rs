@@ -216,7 +216,15 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
     // Incremental exports alone, onto an existing output: the chain of what it holds and them.
     let (mut plan, onto) = apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings)?;
-    let only_exports = plan.only_exports();
+    let out_dir = match &settings.target {
+        Target::Path(p) => Some(p.as_path()),
+        Target::Object(_) => None,
+    };
+    // Kept before anything is read, so that what is read is what is kept.
+    let kept = apply::keep_base(&mut plan, sink.as_ref(), out_dir)?;
+    if let Some(k) = kept {
+        info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
+    }
     let chain = apply::order(&plan, onto.as_ref(), settings.allow_gap).map_err(SourceError::from)?;
     let mut state = match &chain {
         Some(c) => {
@@ -270,14 +278,6 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
     let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
-    let out_dir = match &settings.target {
-        Target::Path(p) => Some(p.as_path()),
-        Target::Object(_) => None,
-    };
-    let kept = apply::keep_base(&plan, only_exports, sink.as_ref(), out_dir)?;
-    if let Some(k) = kept {
-        info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
-    }
     let t_write = t_write.elapsed();
 
     let inputs = report::inputs(&plan, &read);

@@ -78,7 +78,7 @@ impl Sink for LocalSink {
         PartWriter::create(self.staging.path(), table, part, schema, &self.props)
     }
 
-    fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<bool, SinkError> {
+    fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {
         let plain = !rel.is_empty()
             && rel.split('/').all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'))
             && Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_)));
@@ -96,13 +96,17 @@ impl Sink for LocalSink {
         // Kept already: the same file listed by two exports (the shared incremental data
         // folder). Never written over: it may be a link to the previous output's file.
         if fs::symlink_metadata(&to).is_ok() {
-            return Ok(true);
+            return Ok(Some(to));
         }
         if link && fs::hard_link(from, &to).is_ok() {
-            return Ok(true);
+            return Ok(Some(to));
         }
-        fs::copy(from, &to).map_err(io("copy", from))?;
-        Ok(true)
+        if let Err(e) = fs::copy(from, &to) {
+            // A source that is gone is the input's fault; anything else is where it was copied to.
+            let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
+            return Err(io("copy", at)(e));
+        }
+        Ok(Some(to))
     }
 
     fn commit(

@@ -131,10 +131,11 @@ pub trait Sink: Send + Sync {
     /// Puts the bytes of the local file `from` into the output at `rel` (a relative
     /// `/`-separated path of plain names), unchanged; hard-linked when `link` and the file
     /// system allows it (only for files nobody rewrites). May be called from any thread before
-    /// [`Sink::commit`]. Returns `false` when this sink keeps no such files (object stores).
-    fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<bool, SinkError> {
+    /// [`Sink::commit`]. Returns where the kept copy can be read until the commit, or `None`
+    /// when this sink keeps no such files (object stores).
+    fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {
         let _ = (rel, from, link);
-        Ok(false)
+        Ok(None)
     }
 
     /// Publishes every part with `manifest` and the schema contracts, atomically. Returns the

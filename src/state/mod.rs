@@ -288,4 +288,27 @@ mod tests {
         let json = serde_json::to_string(&prev).unwrap();
         assert_eq!(serde_json::from_str::<RunState>(&json).unwrap(), prev);
     }
+
+    #[test]
+    fn named_exports_onto_an_output() {
+        let prev = state(vec![applied("a", "2026-01-14T10:30:00Z"), applied("b", "2026-01-14T11:00:00Z")]);
+        // The last export again: a no-op; with a new one: something to apply.
+        assert_eq!(
+            compare_named(&prev, &[applied("b", "2026-01-14T11:00:00Z")], "o").unwrap(),
+            Compared::AlreadyApplied
+        );
+        let c = applied("c", "2026-01-14T12:00:00Z");
+        assert_eq!(compare_named(&prev, &[applied("b", "2026-01-14T11:00:00Z"), c], "o").unwrap(), Compared::New);
+        // An export applied before the last one is older than the output, applied or not.
+        let e = compare_named(&prev, &[applied("a", "2026-01-14T10:30:00Z")], "o").unwrap_err();
+        assert!(matches!(e, StateError::Older { .. }) && e.to_string().contains("export `b`"), "{e}");
+        assert_eq!(last_applied(&prev).map(|a| a.export_id.as_str()), Some("b"));
+        // Another mapping, or none where there was one, is refused with a hint.
+        let mapped = RunState { mapping_hash: Some("h1".into()), ..prev.clone() };
+        assert!(check_mapping(&mapped, &mapped.clone(), "o").is_ok());
+        for other in [None, Some("h2".to_owned())] {
+            let e = check_mapping(&mapped, &RunState { mapping_hash: other, ..prev.clone() }, "o").unwrap_err();
+            assert!(matches!(e, StateError::MappingChanged { .. }) && e.hint().is_some(), "{e}");
+        }
+    }
 }
