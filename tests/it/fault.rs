@@ -647,7 +647,6 @@ fn a_data_file_that_disappears_mid_run() {
     assert!(stderr.contains("integrity check"), "{stderr}");
     assert!(stderr.contains(victim.file_name().unwrap().to_string_lossy().as_ref()), "{stderr}");
     assert_eq!(tree(&out), previous);
-    failed += 1;
     for (i, fraction) in [0.02, 0.1, 0.25, 0.5, 0.75].into_iter().enumerate() {
         let copy = tmp.path().join(format!("copy-{i}"));
         assert!(Command::new("cp").arg("-a").arg(&src).arg(&copy).status().unwrap().success());
@@ -672,8 +671,9 @@ fn a_data_file_that_disappears_mid_run() {
             assert_eq!(tree(&out), previous, "deleted at {fraction} of a run");
         }
     }
+    // A deletion after the kept copy is made is harmless by design, so every mid-run case may have
+    // read it in time; the deletion before the run above is the one that must fail.
     eprintln!("a_data_file_that_disappears_mid_run: {failed} runs failed clearly, {read_in_time} had read it in time");
-    assert!(failed > 0, "the file never disappeared before it was read");
 }
 
 // --- S3 --------------------------------------------------------------------------------------
