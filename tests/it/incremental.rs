@@ -47,6 +47,16 @@ fn final_export(changes: &Json) -> PathBuf {
     PathBuf::from(changes["final_export"].as_str().unwrap())
 }
 
+/// The bytes of an output's Parquet files and `_etl/schema/` contracts, by path.
+fn published(out: &Path) -> BTreeMap<String, Vec<u8>> {
+    files_under(out)
+        .into_iter()
+        .map(|p| (p.strip_prefix(out).unwrap().to_string_lossy().into_owned(), p))
+        .filter(|(rel, _)| rel.ends_with(".parquet") || rel.starts_with("_etl/schema"))
+        .map(|(rel, p)| (rel, std::fs::read(p).unwrap()))
+        .collect()
+}
+
 /// The data files of an export folder, from its `manifest-files.json`.
 fn data_files(export: &Path) -> Vec<PathBuf> {
     let root = export.parent().unwrap().parent().unwrap();
@@ -224,14 +234,6 @@ fn the_same_chain_in_ion_is_byte_identical_to_json() {
     let (out_json, out_ion) = (tmp.path().join("out-json"), tmp.path().join("out-ion"));
     unwind(&[&json_dir], &out_json, &[], 0);
     unwind(&[&ion_dir], &out_ion, &[], 0);
-    let published = |out: &Path| -> BTreeMap<String, Vec<u8>> {
-        files_under(out)
-            .into_iter()
-            .map(|p| (p.strip_prefix(out).unwrap().to_string_lossy().into_owned(), p))
-            .filter(|(rel, _)| rel.ends_with(".parquet") || rel.starts_with("_etl/schema"))
-            .map(|(rel, p)| (rel, std::fs::read(p).unwrap()))
-            .collect()
-    };
     let (pj, pi) = (published(&out_json), published(&out_ion));
     assert!(pj.keys().any(|k| k.starts_with("_etl/schema/")), "{:?}", pj.keys());
     assert_eq!(pj.keys().collect::<Vec<_>>(), pi.keys().collect::<Vec<_>>());
@@ -374,4 +376,39 @@ fn export_start_incremental_since_an_output() {
     let r = start(s(tmp.path()), "new-image", 2);
     assert!(r.stderr.contains("has no `_etl/state.json`"), "{}", r.stderr);
     assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+}
+
+/// A chain uploaded to S3 (moto) as AWS writes it (`--as-export`: the manifests' keys from the
+/// bucket root, the incremental exports' data files in the shared `AWSDynamoDB/data/`), read from
+/// `s3://` in DynamoDB JSON and in Ion: the same tables, byte for byte, as its local copy.
+#[test]
+fn a_chain_in_s3_unwinds_like_its_local_copy_in_json_and_ion() {
+    use crate::aws::{etl_aws, moto, py, s, unique};
+    let Some(m) = moto() else { return };
+    for format in ["json", "ion"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let local = tmp.path().join("chain");
+        let fin = tmp.path().join("final");
+        let mut args = vec!["sample", "--out", s(&local), "--final", s(&fin), "--format", format];
+        args.extend("--users 60 --files 3 --seed 5 --incrementals 2 --change-percent 20".split(' '));
+        let r = etl(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let changes: Json = serde_json::from_slice(&std::fs::read(fin.join("changes.json")).unwrap()).unwrap();
+        assert!(changes["net"]["change_records"].as_u64().unwrap() > 10, "{}", changes["net"]);
+        let bucket = unique("chain");
+        py(m, "upload.py", &[s(&local), &bucket, "exports/shop", "--as-export"]);
+        let (a, b) = (tmp.path().join("out-local"), tmp.path().join("out-s3"));
+        unwind(&[&local], &a, &[], 0);
+        etl_aws(m, &["unwind", &format!("s3://{bucket}/exports/shop/"), "--out", s(&b)], 0);
+        let (pa, pb) = (published(&a), published(&b));
+        assert!(pa.keys().any(|k| k.ends_with(".parquet")), "{format}: {:?}", pa.keys());
+        assert_eq!(pa.keys().collect::<Vec<_>>(), pb.keys().collect::<Vec<_>>(), "{format}");
+        for (k, v) in &pa {
+            assert!(pb[k] == *v, "{format}: `{k}` differs between the local and the S3 chain");
+        }
+        let (ra, rb) = (run_report(&a), run_report(&b));
+        assert_eq!(ra["chain"]["change_records"], rb["chain"]["change_records"], "{format}");
+        assert_eq!(rb["chain"]["windows"].as_array().map(Vec::len), Some(2), "{format}: {}", rb["chain"]);
+        assert_eq!(rb["reconciliation"]["matches_manifest"], true, "{format}: {}", rb["reconciliation"]);
+    }
 }
