@@ -2,7 +2,6 @@
 //! unwinding a full export of the final state (built here from the test's own model of the
 //! table), and the chain's checks (gaps, other tables, lone incrementals) refuse what they must.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value as Json, json};
@@ -102,19 +101,6 @@ fn change(t: u64, k: &Json, old: Option<&Json>, new: Option<&Json>) -> String {
     c.to_string()
 }
 
-/// Every table folder of an output but `_rejects`, with its canonical rows.
-fn tables(out: &Path) -> BTreeMap<String, Vec<String>> {
-    let mut t = BTreeMap::new();
-    for e in std::fs::read_dir(out).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if p.is_dir() && name != "_etl" && name != "_rejects" {
-            t.insert(name, canonical_rows(&p));
-        }
-    }
-    t
-}
-
 fn s(v: &str) -> Json {
     json!({ "S": v })
 }
@@ -205,8 +191,8 @@ fn a_chain_equals_a_full_export_of_the_final_state() {
     full(&reference, "01788252300000-eeeeeeee", &want);
     let ref_out = tmp.path().join("ref_out");
     unwind(&[&reference], &ref_out, &[], 0);
-    let got = tables(&out);
-    assert_eq!(got, tables(&ref_out));
+    let got = table_rows(&out);
+    assert_eq!(got, table_rows(&ref_out));
     assert_eq!(got.keys().cloned().collect::<Vec<_>>(), ["_untyped", "admin", "order", "user"]);
     assert_eq!(got["user"].len(), 3);
 
@@ -243,7 +229,7 @@ fn a_chain_equals_a_full_export_of_the_final_state() {
     let named: Vec<PathBuf> = ids.iter().map(|id| root.join("AWSDynamoDB").join(id)).collect();
     let out2 = tmp.path().join("out2");
     unwind(&named.iter().map(PathBuf::as_path).collect::<Vec<_>>(), &out2, &["--threads", "3"], 0);
-    assert_eq!(tables(&out2), got);
+    assert_eq!(table_rows(&out2), got);
     for t in got.keys() {
         let files = |o: &Path| {
             let mut f: Vec<Vec<u8>> = files_under(&o.join(t)).iter().map(|p| std::fs::read(p).unwrap()).collect();

@@ -211,6 +211,19 @@ pub fn cell(array: &dyn Array, i: usize) -> Option<Json> {
     })
 }
 
+/// Every table folder of an output but `_rejects`, with its canonical rows ([`canonical_rows`]).
+pub fn table_rows(out: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut t = BTreeMap::new();
+    for e in std::fs::read_dir(out).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.is_dir() && name != "_etl" && name != "_rejects" {
+            t.insert(name, canonical_rows(&p));
+        }
+    }
+    t
+}
+
 /// Rows of a table as canonical JSON objects (null cells left out), sorted.
 pub fn canonical_rows(dir: &Path) -> Vec<String> {
     let (_, batches) = read_table(dir);

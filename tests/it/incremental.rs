@@ -30,19 +30,6 @@ fn sample(dir: &Path, seed: &str, incrementals: &str, extra: &[&str]) -> Json {
     serde_json::from_slice(&std::fs::read(dir.join("final/changes.json")).unwrap()).unwrap()
 }
 
-/// Every table folder of an output but `_rejects`, with its canonical rows.
-fn tables(out: &Path) -> BTreeMap<String, Vec<String>> {
-    let mut t = BTreeMap::new();
-    for e in std::fs::read_dir(out).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if p.is_dir() && name != "_etl" && name != "_rejects" {
-            t.insert(name, canonical_rows(&p));
-        }
-    }
-    t
-}
-
 fn final_export(changes: &Json) -> PathBuf {
     PathBuf::from(changes["final_export"].as_str().unwrap())
 }
@@ -170,8 +157,8 @@ fn chain_equals_final_state(view: &str, seed: &str) {
     let final_dir = final_export(&changes);
     let ref_out = tmp.path().join("ref");
     unwind(&[&final_dir], &ref_out, &[], 0);
-    let got = tables(&out);
-    assert_eq!(got, tables(&ref_out));
+    let got = table_rows(&out);
+    assert_eq!(got, table_rows(&ref_out));
     let rows: usize = got.values().map(Vec::len).sum();
     assert_eq!(rows as u64, changes["final_items"].as_u64().unwrap());
     assert!(got.keys().any(|t| t.starts_with("archived_")), "{:?}", got.keys());
@@ -218,7 +205,7 @@ fn a_gap_is_refused_and_allowed_on_request() {
     assert_eq!(run_report(&out)["chain"]["gaps"][0]["seconds"], 300.0);
     let ref_out = tmp.path().join("ref");
     unwind(&[&final_export(&changes)], &ref_out, &[], 0);
-    assert_eq!(tables(&out), tables(&ref_out));
+    assert_eq!(table_rows(&out), table_rows(&ref_out));
 }
 
 #[test]
