@@ -1,6 +1,9 @@
 """Prints a table's exports as JSON: [{"ExportArn", "ExportStatus", "ExportType"}, ...].
 
-Usage: list_exports.py ENDPOINT TABLE
+Usage: list_exports.py ENDPOINT TABLE [--bucket BUCKET]
+
+With `--bucket`, only the exports written to that bucket: tests share one table and run at the
+same time, so a test counts the exports it started by its own bucket, not by the table.
 """
 import argparse
 import json
@@ -12,6 +15,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("endpoint")
     ap.add_argument("table")
+    ap.add_argument("--bucket")
     a = ap.parse_args()
     ddb = awsutil.client(a.endpoint, "dynamodb")
     arn = ddb.describe_table(TableName=a.table)["Table"]["TableArn"]
@@ -23,6 +27,8 @@ def main():
         token = r.get("NextToken")
         if not token:
             break
+    if a.bucket is not None:
+        out = [e for e in out if ddb.describe_export(ExportArn=e["ExportArn"])["ExportDescription"].get("S3Bucket") == a.bucket]
     print(json.dumps(out))
 
 
