@@ -161,8 +161,21 @@ pub struct UnwindArgs {
     /// first run (no previous output) has nothing to drift from and is never refused.
     #[arg(long, value_enum, value_name = "POLICY", default_value_t)]
     pub on_drift: OnDriftArg,
+    /// What each table under `--out` is: `parquet` (Parquet part files listed by
+    /// `_etl/run.json`) or `delta` (a Delta Lake table of the same Parquet files, created or
+    /// replaced by one Delta commit per table; local folders and full exports only for now).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t)]
+    pub format: FormatArg,
     #[command(flatten)]
     pub aws: aws_args::AwsArgs,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    #[default]
+    Parquet,
+    Delta,
 }
 
 /// `--on-drift`.

@@ -8,7 +8,7 @@ use super::UnwindArgs;
 use crate::mapping::Mapping;
 use crate::pipeline::UnwindSettings;
 use crate::schema::diff::OnDrift;
-use crate::sink::RowGroups;
+use crate::sink::{Format, RowGroups};
 use crate::source::live::ScanSettings;
 use crate::store::{Location, LocationError, Target};
 
@@ -56,6 +56,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         max_rcu_per_second,
         allow_gap,
         on_drift,
+        format,
         aws,
     } = args;
     let sources = sources.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
@@ -91,6 +92,10 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         super::OnDriftArg::Allow => OnDrift::Allow,
         super::OnDriftArg::Fail => OnDrift::Fail,
     };
+    s.format = match format {
+        super::FormatArg::Parquet => Format::Parquet,
+        super::FormatArg::Delta => Format::Delta,
+    };
     Ok(s)
 }
 
@@ -120,6 +125,8 @@ mod tests {
         assert_eq!((s.threads, s.type_attribute.as_str(), s.strict), (8, "Type", false));
         assert_eq!(s.on_drift, OnDrift::Allow);
         assert_eq!(unwind(args(&["e", "--out", "o", "--on-drift", "fail"]), None, 8).unwrap().on_drift, OnDrift::Fail);
+        assert_eq!(s.format, Format::Parquet);
+        assert_eq!(unwind(args(&["e", "--out", "o", "--format", "delta"]), None, 8).unwrap().format, Format::Delta);
         let s = unwind(args(&["e", "--out", "s3://lake/shop", "--threads", "3", "--strict"]), None, 8).unwrap();
         assert!(matches!(s.target, Target::Object(_)));
         assert_eq!((s.threads, s.strict), (3, true));

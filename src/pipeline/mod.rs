@@ -38,7 +38,7 @@ use crate::normalize::{MappedTables, NormalizeError};
 use crate::schema::TableSchema;
 use crate::schema::diff::{Drift, OnDrift};
 use crate::sink::manifest::{ReportOptions, RunManifest, Timings};
-use crate::sink::{self, Committed, RowGroups, SinkError, SinkSettings};
+use crate::sink::{self, Committed, Format, RowGroups, SinkError, SinkSettings};
 use crate::source::integrity::{self, Mismatch};
 use crate::source::live::ScanSettings;
 use crate::source::{self, SourceError};
@@ -77,6 +77,8 @@ pub struct UnwindSettings {
     pub allow_gap: bool,
     /// What to do when the tables' contracts differ from the output this run replaces.
     pub on_drift: OnDrift,
+    /// Plain Parquet tables, or Delta tables (full exports only, local folders only).
+    pub format: Format,
 }
 
 impl UnwindSettings {
@@ -99,6 +101,7 @@ impl UnwindSettings {
             scan: ScanSettings::default(),
             allow_gap: false,
             on_drift: OnDrift::Allow,
+            format: Format::Parquet,
         }
     }
 }
@@ -141,6 +144,11 @@ pub enum UnwindError {
     /// Every export named is already applied to the output: nothing was done (exit 0).
     #[error("`{out}` already holds {exports}; nothing to apply, nothing rewritten")]
     UpToDate { out: String, exports: String },
+    /// `--format delta` with an incremental export: not supported yet, refused before any write.
+    #[error(
+        "`--format delta` takes full exports only for now; `{export}` is an incremental export: nothing was written"
+    )]
+    DeltaIncremental { export: String },
     /// `--on-drift fail`: the tables' contracts differ from those of the output at `out`.
     #[error("the schema drifted from `{out}` ({}); `--on-drift fail` refuses it: nothing was published", .drift.counts())]
     Drift { out: String, drift: Drift },
@@ -161,6 +169,9 @@ impl UnwindError {
                 Some("this is a bug in etl; please report it with the run's input if you can".into())
             }
             UnwindError::Io { .. } | UnwindError::UpToDate { .. } => None,
+            UnwindError::DeltaIncremental { .. } => Some(
+                "unwind the full export (and its incrementals) without `--format delta` to apply them as Parquet, or pass only the full export".into(),
+            ),
             UnwindError::Drift { .. } => Some(
                 "the changes are listed above; `--on-drift allow` (the default) publishes them and lists them in `_etl/run.json`".into(),
             ),
@@ -207,6 +218,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let sink = sink::open(
         &settings.target,
         &SinkSettings {
+            format: settings.format,
             overwrite: settings.overwrite,
             row_group_rows: settings.row_groups.rows,
             aws: settings.aws.clone(),
@@ -214,6 +226,12 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     )?;
     let scratch = sink.scratch().to_owned();
     let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
+    // Delta tables are replaced whole for now: applying incremental exports would need a MERGE.
+    if settings.format == Format::Delta
+        && let Some(e) = plan.exports.iter().find(|e| e.window.is_some())
+    {
+        return Err(UnwindError::DeltaIncremental { export: crate::source::chain::export_id(e) });
+    }
     // Incremental exports alone, onto an existing output: the chain of what it holds and them.
     let (mut plan, onto) = apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings)?;
     let out_dir = match &settings.target {

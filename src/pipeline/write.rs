@@ -176,6 +176,7 @@ pub fn write_all(
             rows: files.iter().map(|f| f.rows).sum(),
             columns: job.schema.fields().len(),
             files,
+            delta_version: None,
         });
         if let TableKind::Items(s) = job.kind {
             schemas.push(*s);

@@ -291,6 +291,9 @@ pub struct TableReport {
     pub rows: u64,
     pub columns: usize,
     pub files: Vec<FileReport>,
+    /// The Delta table version this run committed (`--format delta` outputs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_version: Option<u64>,
 }
 
 impl TableReport {

@@ -1,7 +1,7 @@
 //! Where tables go: the [`Sink`] contract, Parquet part files ([`parquet`]), the staged local
 //! commit ([`local`]), the object-store commit with `run.json` last ([`object`]), the run
 //! manifest every reader uses ([`manifest`]), lock files ([`lock`]) and the test-only fault
-//! points of the commits ([`faults`]).
+//! points of the commits ([`faults`]), and Delta tables made of the same parts ([`delta`]).
 //!
 //! Everything here knows Arrow and files and nothing of DynamoDB. Readers see the previous
 //! complete output or the new one, never a mix: parts are staged, and one atomic step publishes
@@ -9,6 +9,7 @@
 //! Two runs writing the same output never both win: locally the second is refused by a lock,
 //! on an object store the one whose conditional commit loses fails and removes its files.
 
+pub mod delta;
 pub mod faults;
 pub mod local;
 pub mod lock;
@@ -48,6 +49,8 @@ pub enum SinkError {
     NotEtlPrefix { url: String },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Delta(#[from] delta::DeltaError),
     /// Another live run holds the output's lock (local outputs).
     #[error("`{path}` is being written by another etl run ({holder}); this run wrote nothing")]
     Locked { path: String, lock: String, holder: String },
@@ -76,6 +79,7 @@ impl SinkError {
                 "choose an empty prefix, or pass `--overwrite` to write beside what is there (etl never deletes objects it did not write)",
             ),
             SinkError::Store(e) => Some(e.hint()),
+            SinkError::Delta(e) => e.hint(),
             SinkError::Locked { .. } => Some(
                 "runs writing the same `--out` must not overlap: wait for that run to end (its lock goes with it, however it ends), or choose another `--out`",
             ),
@@ -147,9 +151,18 @@ pub trait Sink: Send + Sync {
     ) -> Result<(RunManifest, Committed), SinkError>;
 }
 
+/// What an output's tables are: plain Parquet parts, or Delta tables of those parts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Format {
+    #[default]
+    Parquet,
+    Delta,
+}
+
 /// Settings of a sink.
 #[derive(Debug, Clone)]
 pub struct SinkSettings {
+    pub format: Format,
     /// Replace a target that is not an etl output.
     pub overwrite: bool,
     pub row_group_rows: usize,
@@ -161,7 +174,11 @@ pub struct SinkSettings {
 pub fn open(target: &Target, settings: &SinkSettings) -> Result<Box<dyn Sink>, SinkError> {
     let props = parquet::writer_properties(settings.row_group_rows);
     match target {
+        Target::Path(dir) if settings.format == Format::Delta => Ok(Box::new(delta::DeltaSink::create(dir, props)?)),
         Target::Path(dir) => Ok(Box::new(local::LocalSink::create(dir, settings.overwrite, props)?)),
+        Target::Object(url) if settings.format == Format::Delta => {
+            Err(delta::DeltaError::ObjectStore { url: url.to_string() }.into())
+        }
         Target::Object(url) => {
             Ok(Box::new(object::ObjectSink::create(url.clone(), settings.aws.clone(), settings.overwrite, props)?))
         }

@@ -1,5 +1,7 @@
 //! SQL over a committed output: a DataFusion `SessionContext` whose tables are exactly the files
-//! listed in `_etl/run.json`, read-only unless asked otherwise, with memory and time limits.
+//! listed in `_etl/run.json`, read-only unless asked otherwise, with memory and time limits. A
+//! table that is a Delta table (`DIR/<table>/_delta_log/`, written by `--format delta`) is read
+//! through deltalake's table provider at the version `_etl/run.json` records.
 //!
 //! Knows nothing of how the tables were made; reads only what the sink committed. Printing
 //! results is [`format`]'s job; the interactive shell lives in the CLI.
@@ -46,6 +48,8 @@ pub enum SqlError {
     UnknownTable(String),
     #[error("cannot {action} `{path}`: {source}")]
     Io { action: &'static str, path: String, source: std::io::Error },
+    #[error(transparent)]
+    Delta(#[from] crate::sink::delta::DeltaError),
 }
 
 impl SqlError {
@@ -68,6 +72,7 @@ impl SqlError {
             e if e.is_resources_exhausted() => Some("raise `--memory-limit`, or narrow the query".into()),
             SqlError::Timeout(_) => Some("raise `--timeout`, or narrow the query".into()),
             SqlError::UnknownTable(_) => Some("`\\d` lists the tables".into()),
+            SqlError::Delta(e) => e.hint().map(Into::into),
             _ => None,
         }
     }
@@ -164,6 +169,18 @@ impl Session {
             .map_err(|reason| SqlError::NotAnOutput { path: opts.data.to_string(), reason })?;
         let mut tables = Vec::new();
         for t in run.tables {
+            if let (Data::Local(dir), Some(version)) = (&data, t.delta_version)
+                && crate::sink::delta::is_delta_table(&dir.join(&t.name))
+            {
+                let (provider, files) = delta_provider(&ctx, &dir.join(&t.name), &t.name, version).await?;
+                let schema = match t.files.first() {
+                    Some(f) => data.written_schema(&f.path).await?,
+                    None => datafusion::datasource::TableProvider::schema(provider.as_ref()),
+                };
+                ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), provider)?;
+                tables.push(TableInfo { name: t.name, rows: t.rows, files, schema });
+                continue;
+            }
             let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
             let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
             let config = ListingTableConfig::new_with_multi_paths(urls.clone())
@@ -373,6 +390,33 @@ impl Data {
             }
         }
     }
+}
+
+/// The Delta table at `dir`, at `version`, as a DataFusion table, and the URLs of its files.
+async fn delta_provider(
+    ctx: &SessionContext,
+    dir: &std::path::Path,
+    name: &str,
+    version: u64,
+) -> Result<(Arc<dyn datafusion::datasource::TableProvider>, Vec<String>), SqlError> {
+    use crate::sink::delta::DeltaError;
+    let open = |source: deltalake::DeltaTableError| {
+        SqlError::Delta(DeltaError::Open { table: name.to_owned(), path: dir.display().to_string(), version, source })
+    };
+    let abs = std::fs::canonicalize(dir).map_err(|source| SqlError::Io {
+        action: "open",
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let url = url::Url::from_directory_path(&abs).map_err(|()| SqlError::NotAnOutput {
+        path: dir.display().to_string(),
+        reason: "the table's folder has no file URL".into(),
+    })?;
+    let table = deltalake::open_table_with_version(url, version).await.map_err(open)?;
+    table.update_datafusion_session(&ctx.state()).map_err(open)?;
+    let files = table.get_file_uris().map_err(open)?.collect();
+    let provider = table.table_provider().await?;
+    Ok((provider, files))
 }
 
 /// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.

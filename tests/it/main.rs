@@ -9,6 +9,7 @@ mod aws;
 mod chain;
 mod common;
 mod corpus;
+mod delta;
 mod drift;
 mod fault;
 mod fuzz;

@@ -35,8 +35,8 @@ fn slt_path(sql_file: &Path) -> PathBuf {
 // --- tests/sql/*.slt, run by the sqllogictest crate over the library's `Session`. -------------
 
 /// The sample output's SQL session as a sqllogictest database.
-struct EtlDb {
-    session: Arc<etl::sql::Session>,
+pub(crate) struct EtlDb {
+    pub(crate) session: Arc<etl::sql::Session>,
 }
 
 fn column_type(dt: &DataType) -> DefaultColumnType {
@@ -100,7 +100,7 @@ impl sqllogictest::AsyncDB for EtlDb {
     }
 }
 
-fn slt_files() -> Vec<PathBuf> {
+pub(crate) fn slt_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("tests/sql"))
         .unwrap()
         .map(|e| e.unwrap().path())
