@@ -68,7 +68,9 @@ pub struct At<'a> {
 }
 
 /// Calls `f` with every item of every file, in plan order, or with the reject the unit became
-/// (what `etl unwind` would reject, for the same reason). Returns the warnings about whole files.
+/// (what `etl unwind` would reject, for the same reason). The items of an incremental export are
+/// the new images of its change records; its deletes are skipped. Returns the warnings about
+/// whole files.
 pub fn each_item(
     plan: &Plan,
     max_line_bytes: usize,
@@ -97,8 +99,12 @@ fn each_in_file(
         }
         match unit(format, frame, max_line_bytes) {
             Unit::Record { record: Record::Put(item), line, .. } => f(At { file: &file.display, line }, Ok(&item)),
-            Unit::Record { record: Record::Change(_), line, .. } => {
-                f(At { file: &file.display, line }, Err(&crate::normalize::change_not_applied()))
+            // An incremental export's change: its new image is an item the table held, which a
+            // chain run writes; a delete (keys only) is no item.
+            Unit::Record { record: Record::Change(c), line, .. } => {
+                if let Some(image) = &c.new {
+                    f(At { file: &file.display, line }, Ok(image));
+                }
             }
             Unit::Reject { reject, line, .. } => f(At { file: &file.display, line }, Err(&reject)),
         }
