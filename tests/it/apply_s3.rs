@@ -212,3 +212,36 @@ fn two_applies_onto_one_s3_output_one_commits() {
     let report = s3_report(m, &c.bucket, "race/");
     assert_eq!(s3_table_bytes(m, &c.bucket, "race/", &report), local_table_bytes(&c.reference));
 }
+
+/// Exports in another bucket than the output's are streamed into its `_etl/base/` (no
+/// server-side copy across buckets), byte for byte, and applied as from the output's own bucket.
+#[test]
+fn exports_in_another_bucket_are_kept_and_applied() {
+    let Some(m) = moto() else { return };
+    let c = Case::new(m, "apply-src");
+    let other = unique("apply-dst");
+    py(m, "s3.py", &["mb", &other]);
+    let out = format!("s3://{other}/out/");
+    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out], 0);
+    for inc in &c.incs {
+        etl_aws(m, &["unwind", &c.export_url(inc), "--out", &out], 0);
+    }
+    for id in [&c.full, &c.incs[1]] {
+        // The export's folder, and its data files wherever its manifest puts them (an incremental
+        // export's in the shared `AWSDynamoDB/data/`).
+        let folder = format!("exports/shop/AWSDynamoDB/{id}/");
+        let mut source = s3_keys(m, &c.bucket, &folder);
+        let listed = s3_get(m, &c.bucket, &format!("{folder}manifest-files.json"));
+        for l in String::from_utf8(listed).unwrap().lines() {
+            source.insert(serde_json::from_str::<Json>(l).unwrap()["dataFileS3Key"].as_str().unwrap().to_owned());
+        }
+        assert!(source.iter().any(|k| k.ends_with(".gz") && !k.starts_with(&folder)) || id == &c.full, "{source:?}");
+        for k in &source {
+            let kept = k.replacen("exports/shop/", "out/_etl/base/", 1);
+            assert!(s3_get(m, &other, &kept) == s3_get(m, &c.bucket, k), "`{kept}` is not `{k}` byte for byte");
+        }
+    }
+    let report = s3_report(m, &other, "out/");
+    assert_eq!(report["state"]["applied"].as_array().map(Vec::len), Some(3), "{}", report["state"]);
+    assert_eq!(s3_table_bytes(m, &other, "out/", &report), local_table_bytes(&c.reference));
+}
