@@ -705,7 +705,8 @@ fn counts(m: &Moto, out: &str) -> String {
     etl_aws(m, &["sql", "--data", out, COUNTS, "--format", "csv"], 0).stdout
 }
 
-/// Objects of runs that are not the committed one nor the one it replaced.
+/// Objects of runs that are not the committed one nor the one it replaced (the exports kept in
+/// `_etl/base/` belong to no run).
 fn stale_objects(m: &Moto, bucket: &str, prefix: &str) -> Vec<String> {
     let report: Json = serde_json::from_slice(&s3_get(m, bucket, &format!("{prefix}_etl/run.json"))).unwrap();
     let keep: Vec<&str> =
@@ -713,7 +714,7 @@ fn stale_objects(m: &Moto, bucket: &str, prefix: &str) -> Vec<String> {
     let keys: Vec<(String, u64)> = serde_json::from_str(&py(m, "s3.py", &["list", bucket, prefix, "--json"])).unwrap();
     keys.into_iter()
         .map(|(k, _)| k)
-        .filter(|k| !k.ends_with("_etl/run.json") && !k.contains("_etl/schema/"))
+        .filter(|k| !k.ends_with("_etl/run.json") && !k.contains("_etl/schema/") && !k.contains("_etl/base/"))
         .filter(|k| !keep.iter().any(|id| k.contains(id)))
         .collect()
 }
