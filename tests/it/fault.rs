@@ -29,27 +29,6 @@ use crate::common::*;
 
 // --- Helpers ---------------------------------------------------------------------------------
 
-/// A small random generator (xorshift), seeded from `ETL_FAULT_SEED` or the clock.
-struct Rng(u64);
-
-impl Rng {
-    fn new(test: &str) -> Rng {
-        let seed = std::env::var("ETL_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-        });
-        eprintln!("{test}: ETL_FAULT_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// `etl sample` into `dir`: `users` users in `files` data files.
 fn make_sample(dir: &Path, users: u32, files: u32, seed: u32) {
     let r = etl([
@@ -77,24 +56,6 @@ fn big_export() -> &'static Path {
         (tmp, p)
     });
     p
-}
-
-/// Every file under `dir` (relative path -> MD5 of its bytes).
-fn tree(dir: &Path) -> BTreeMap<String, String> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
-        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.insert(rel, md5_b64(&std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
 }
 
 /// The tree without `_etl/run.json` (which records times): equal for two runs of one input.
