@@ -100,22 +100,21 @@ pub fn prepare(
         return Ok((plan, None));
     }
     // Not an output: the chain check refuses incremental exports without a full one.
-    let (out_text, base) = match target {
+    let out_text = target.to_string();
+    let base = match target {
         Target::Path(out) => {
             if !out.join(crate::sink::local::RUN_REPORT).is_file() {
                 return Ok((plan, None));
             }
-            let out_text = out.display().to_string();
             let base_root = out.join(BASE_DIR);
             if !base_root.join("AWSDynamoDB").is_dir() {
                 return Err(ApplyError::NoBase { out: out_text }.into());
             }
-            let base = crate::source::resolve(&[Location::Path(base_root)], &settings.aws, &settings.scan, spool)?;
-            (out_text, base)
+            crate::source::resolve(&[Location::Path(base_root)], &settings.aws, &settings.scan, spool)?
         }
         Target::Object(url) => {
             let Some(head) = sink.previous() else { return Ok((plan, None)) };
-            (url.to_string(), object_base(url, head, settings, spool)?)
+            object_base(url, head, settings, spool)?
         }
     };
     let recorded = previous_state(target, sink)?;

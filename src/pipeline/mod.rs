@@ -221,10 +221,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         Some(c) => {
             let hash = settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files));
             let next = crate::state::of_chain(&plan.exports, c, &[], hash);
-            let out = match &settings.target {
-                Target::Path(p) => p.display().to_string(),
-                Target::Object(u) => u.to_string(),
-            };
+            let out = settings.target.to_string();
             if let Some(prev) = apply::previous_state(&settings.target, sink.as_ref())?
                 && crate::state::compare(&prev, &next, &out)? == crate::state::Compared::AlreadyApplied
             {
