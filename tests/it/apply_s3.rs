@@ -7,12 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use crate::aws::{CHILD_LIMIT, Endpoint, Moto, etl_aws, etl_cmd, moto, py, s, s3_get, s3_keys, s3_report, unique};
+use crate::aws::{Moto, etl_aws, moto, paused_unwind, py, s, s3_get, s3_keys, s3_report, unique};
 use crate::common::*;
 
 /// The exports of a generated chain in `dir`: the full export's id, then the incremental ones' in
@@ -187,20 +185,8 @@ fn two_applies_onto_one_s3_output_one_commits() {
 
     let tmp = tempfile::tempdir().unwrap();
     let go = tmp.path().join("go");
-    let env = [("ETL_TEST_PAUSE_AT", "s3-opened"), ("ETL_TEST_PAUSE_FILE", s(&go))];
     let inc2 = c.export_url(&c.incs[1]);
-    let a = etl_cmd(m, &["unwind", "-q", &inc2, "--out", &out], Endpoint::Env, &env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reached = go.with_file_name("go.reached");
-    let start = Instant::now();
-    while !reached.exists() {
-        assert!(start.elapsed() < CHILD_LIMIT, "run A never opened the output");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let a = paused_unwind(m, &inc2, &out, "s3-opened", &go);
     etl_aws(m, &["unwind", "-q", &inc2, "--out", &out], 0);
     let winner = (s3_keys(m, &c.bucket, "race/"), s3_get(m, &c.bucket, "race/_etl/run.json"));
     std::fs::write(&go, "").unwrap();

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use crate::aws::{CHILD_LIMIT, Endpoint, Moto, etl_aws, etl_cmd, moto, py, run_limited, s, s3_get, unique};
+use crate::aws::{
+    CHILD_LIMIT, Endpoint, Moto, etl_aws, etl_cmd, moto, paused_unwind, py, run_limited, s, s3_get, unique,
+};
 use crate::common::*;
 
 // --- Helpers ---------------------------------------------------------------------------------
@@ -795,19 +797,7 @@ fn s3_two_runs_on_one_output() {
 
     // Ordered: A pauses after its uploads; B runs start to end; A then tries to commit.
     let go = tmp.path().join("go");
-    let env = [("ETL_TEST_PAUSE_AT", "s3-uploaded"), ("ETL_TEST_PAUSE_FILE", s(&go))];
-    let a = etl_cmd(m, &["unwind", "-q", s(&sample_export()), "--out", &c.out_url], Endpoint::Env, &env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reached = go.with_file_name("go.reached");
-    let start = Instant::now();
-    while !reached.exists() {
-        assert!(start.elapsed() < CHILD_LIMIT, "run A never finished its uploads");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let a = paused_unwind(m, s(&sample_export()), &c.out_url, "s3-uploaded", &go);
     etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url], 0);
     let winner = s3_whole(m, &c.bucket, "o/");
     std::fs::write(&go, "").unwrap();
