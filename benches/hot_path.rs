@@ -13,7 +13,7 @@
 // A measuring tool: setup failures are bugs in the bench, not conditions to handle.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -89,19 +89,22 @@ fn decode_only(b: Bencher) {
 /// Pass one without a mapping: decode, route by `Type`, infer the entity's shape, spill.
 #[divan::bench]
 fn pass_one_inferred(b: Bencher) {
-    b.counter(items()).bench(|| {
-        let mut normalizer = Normalizer::new("Type", None);
-        let mut shapes: HashMap<String, (EntityShape, Vec<u8>)> = HashMap::new();
-        for (i, line) in LINES.iter().enumerate() {
-            let record = decode_line(line);
-            if let Normalized::Inferred { entity, item } = normalizer.normalize(&record) {
-                let (shape, spilled) = shapes.entry(entity.unwrap_or_default().to_owned()).or_default();
-                shape.observe(item, 0, i as u64);
-                spill::encode_item(item, spilled);
-            }
+    b.counter(items()).bench(pass_one);
+}
+
+/// Pass one without a mapping over every line: each entity's shape and spilled items.
+fn pass_one() -> BTreeMap<String, (EntityShape, Vec<u8>)> {
+    let mut normalizer = Normalizer::new("Type", None);
+    let mut shapes: BTreeMap<String, (EntityShape, Vec<u8>)> = BTreeMap::new();
+    for (i, line) in LINES.iter().enumerate() {
+        let record = decode_line(line);
+        if let Normalized::Inferred { entity, item } = normalizer.normalize(&record) {
+            let (shape, spilled) = shapes.entry(entity.unwrap_or_default().to_owned()).or_default();
+            shape.observe(item, 0, i as u64);
+            spill::encode_item(item, spilled);
         }
-        shapes
-    });
+    }
+    shapes
 }
 
 /// Pass one with `mappings/ecommerce.toml`: decode, apply the mapping (keys, coercion, child
@@ -126,18 +129,8 @@ fn pass_one_mapped(b: Bencher) {
 
 /// Every inferred table as pass one leaves it: its schema and its spilled items.
 static INFERRED: LazyLock<Vec<(TableSchema, Vec<u8>)>> = LazyLock::new(|| {
-    let mut normalizer = Normalizer::new("Type", None);
-    let mut shapes: std::collections::BTreeMap<String, (EntityShape, Vec<u8>)> = Default::default();
-    for (i, line) in LINES.iter().enumerate() {
-        let record = decode_line(line);
-        if let Normalized::Inferred { entity, item } = normalizer.normalize(&record) {
-            let (shape, spilled) = shapes.entry(entity.unwrap_or_default().to_owned()).or_default();
-            shape.observe(item, 0, i as u64);
-            spill::encode_item(item, spilled);
-        }
-    }
     let mut widenings = Vec::new();
-    shapes
+    pass_one()
         .into_iter()
         .map(|(entity, (shape, spilled))| {
             let table = etl::normalize::naming::snake_case(&entity);

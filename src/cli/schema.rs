@@ -1,10 +1,11 @@
 //! `etl schema diff OLD NEW`: the differences between two committed outputs' table schema
-//! contracts, per table, on stdout; the exit status says whether there were any, like diff(1).
+//! contracts, per table, on stdout (as text, or with `--format json` as one JSON object for
+//! scripts); the exit status says whether there were any, like diff(1).
 //!
 //! Reads each output's contracts through the sink's reader (what its `_etl/run.json` commits,
 //! local or `s3://`) and compares them with [`crate::schema::diff`]; holds no comparison logic.
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 
 use super::{ExitStatus, Printer, aws_args};
 use crate::schema::diff;
@@ -31,8 +32,22 @@ pub struct DiffArgs {
     /// The newer output.
     #[arg(value_name = "NEW")]
     pub new: String,
+    /// How the differences are printed.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: DiffFormat,
     #[command(flatten)]
     pub aws: aws_args::AwsArgs,
+}
+
+/// How `etl schema diff` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum DiffFormat {
+    /// Lines per table, as in the `--on-drift` report.
+    #[default]
+    Text,
+    /// One JSON object, `{"tables": [{"table", "changes": [{"change", …}]}]}` (the `drift` of
+    /// `_etl/run.json`), also when the schemas are the same (`{"tables": []}`).
+    Json,
 }
 
 pub fn run(cmd: SchemaCommand, printer: &Printer) -> ExitStatus {
@@ -42,7 +57,7 @@ pub fn run(cmd: SchemaCommand, printer: &Printer) -> ExitStatus {
 }
 
 fn schema_diff(args: DiffArgs, printer: &Printer) -> ExitStatus {
-    let DiffArgs { old, new, aws } = args;
+    let DiffArgs { old, new, format, aws } = args;
     let aws = aws.options();
     let mut contracts = Vec::with_capacity(2);
     for given in [&old, &new] {
@@ -69,11 +84,25 @@ fn schema_diff(args: DiffArgs, printer: &Printer) -> ExitStatus {
         }
     }
     let drift = diff::diff(&contracts[0], &contracts[1]);
+    if format == DiffFormat::Json {
+        let text = match serde_json::to_string_pretty(&drift) {
+            Ok(t) => t + "\n",
+            Err(e) => {
+                printer.error(&format!("cannot encode the differences as JSON: {e}"), None);
+                return ExitStatus::Error;
+            }
+        };
+        if let Err(e) = printer.data(&text) {
+            return super::stdout_failed(printer, &e);
+        }
+    }
     if drift.is_empty() {
         printer.info(&format!("the schemas of `{old}` and `{new}` are the same"));
         return ExitStatus::Success;
     }
-    if let Err(e) = printer.data(&drift.to_string()) {
+    if format == DiffFormat::Text
+        && let Err(e) = printer.data(&drift.to_string())
+    {
         return super::stdout_failed(printer, &e);
     }
     printer.info(&format!("{} in {} of the tables", drift.counts(), drift.tables.len()));

@@ -365,6 +365,42 @@ impl DecodeError {
     }
 }
 
+/// What the decoders' property tests share.
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// `seed` with each `(at, delete, insert)` edit applied in turn: `delete` bytes from `at`
+    /// (both clamped to the line) replaced by `insert`; an edit that would split a character is
+    /// skipped.
+    pub(crate) fn mutate(seed: &str, edits: &[(usize, usize, String)]) -> String {
+        let mut line = seed.to_owned();
+        for (at, del, ins) in edits {
+            let at = (*at).min(line.len());
+            let end = (at + del).min(line.len());
+            if line.is_char_boundary(at) && line.is_char_boundary(end) {
+                line.replace_range(at..end, ins);
+            }
+        }
+        line
+    }
+
+    /// Whatever a decoder made of a mutated line re-encodes to DynamoDB JSON that decodes to the
+    /// same item.
+    pub(crate) fn reencodes_equal(item: &super::Item<'_>) -> bool {
+        let mut text = String::new();
+        super::write_item_json(item, &mut text);
+        super::json::decode_item_object(&text).is_ok_and(|back| back == *item)
+    }
+
+    #[test]
+    fn mutate_applies_edits_in_turn_and_skips_split_characters() {
+        let e = |at, del, ins: &str| (at, del, ins.to_owned());
+        assert_eq!(mutate("abcdef", &[e(1, 2, "X"), e(0, 0, "[")]), "[aXdef");
+        assert_eq!(mutate("ab", &[e(9, 9, "!")]), "ab!");
+        // `é` is two bytes: an edit starting inside it is skipped.
+        assert_eq!(mutate("é", &[e(1, 1, "x")]), "é");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

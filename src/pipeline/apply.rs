@@ -1,15 +1,22 @@
 //! Applying incremental exports onto an existing output (`etl unwind INC… --out DIR`), and
 //! keeping in every output what such a later apply needs.
 //!
-//! Every local output made from DynamoDB exports keeps them under `_etl/base/`, byte for byte in
+//! Every output made from DynamoDB exports (local exports into a local output; local or
+//! `s3://` exports into an `s3://` output) keeps them under `_etl/base/`, byte for byte in
 //! DynamoDB's own layout (`AWSDynamoDB/<ExportId>/manifest-*` and the data files at their
 //! manifest keys), so anything that reads an export can read it, and their checksums are
 //! verified again on every later read. An apply is then the ordinary chain run over the exports
-//! of `DIR/_etl/base` and the exports named ([`prepare`]): the same checks (one table, no gap,
+//! the output holds and the exports named ([`prepare`]): the same checks (one table, no gap,
 //! `--allow-gap`), the same reduction, the same bytes as the whole chain unwound in one run,
-//! published through the same staged commit under the same lock. What is new is only the
-//! comparison with the output's state (no-op, older refused, same mapping) and a report counted
-//! relative to the previous output ([`super::chain::Onto`]).
+//! published through the same commit (staged under a lock locally; on an object store, the
+//! conditional PUT of `run.json` on the head read when the run started). What is new is only
+//! the comparison with the output's state (no-op, older refused, same mapping) and a report
+//! counted relative to the previous output ([`super::chain::Onto`]).
+//!
+//! On an object store, `_etl/base/` is shared by the runs (S3 renames nothing): exports are
+//! copied there before they are read (server-side within the bucket), a run that loses its
+//! commit leaves its copies, and an apply reads only the exports the committed `run.json` lists
+//! (`exports`), each from its folder, never by listing `_etl/base/`.
 //!
 //! This module decides which exports a run reads and copies files through the sink; it never
 //! reads a data file's content, and never writes outside the sink's staged output.
@@ -17,13 +24,18 @@
 use std::path::Path;
 use std::time::Instant;
 
+use object_store::ObjectStoreExt as _;
+use object_store::path::Path as ObjPath;
+
 use super::UnwindError;
 use super::chain::Onto;
-use crate::sink::{Sink, SinkError};
+use crate::aws::AwsOptions;
+use crate::sink::{RunManifest, Sink, SinkError};
 use crate::source::chain::{Chain, ChainError, export_id};
+use crate::source::object::ObjectRef;
 use crate::source::{Input, Plan, SourceError};
-use crate::state::{self, AppliedExport, Compared};
-use crate::store::{Location, Target};
+use crate::state::{self, AppliedExport, Compared, RunState};
+use crate::store::{Location, ObjectUrl, Target};
 
 /// Where an output keeps the exports it was made from.
 pub const BASE_DIR: &str = "_etl/base";
@@ -46,37 +58,66 @@ pub enum ApplyError {
         "`{out}` holds no `_etl/base/` (it was made by an older etl, or not from a DynamoDB export), so there is nothing to apply incremental exports to"
     )]
     NoBase { out: String },
+    /// The kept copy of an export is not the export the committed run was made from (another
+    /// export of the same folder name was kept over it).
+    #[error(
+        "`{out}` was made from export `{export}`, but `{kept}` holds another export (its `manifest-summary.json` differs), so the exports the output holds cannot be read again"
+    )]
+    BaseChanged { out: String, export: String, kept: String },
 }
 
 impl ApplyError {
     pub fn hint(&self) -> Option<String> {
         match self {
-            ApplyError::NoBase { .. } => Some(
+            ApplyError::NoBase { .. } | ApplyError::BaseChanged { .. } => Some(
                 "unwind the full export with the incremental exports in one run (`etl unwind FULL INC1 INC2 … --out DIR`); the output then keeps `_etl/base/` and later exports can be applied to it alone".into(),
             ),
         }
     }
 }
 
-/// When `plan` holds incremental exports only and the local target is an etl output, the plan
-/// of the output's kept exports followed by the exports named that it does not hold yet, and
-/// what the output held. Otherwise `plan` unchanged and `None`.
-pub fn prepare(plan: Plan, target: &Target, spool: &Path, settings: &super::UnwindSettings) -> ApplyPlan {
-    let Target::Path(out) = target else { return Ok((plan, None)) };
+/// The state of the output at `target` before this run: a local output's `_etl/state.json`, or
+/// the `state` in the committed `_etl/run.json` of an object-store output as the sink read it
+/// when it was opened (the head its commit is conditional on; `_etl/state.json` is its copy).
+pub fn previous_state(target: &Target, sink: &dyn Sink) -> Result<Option<RunState>, UnwindError> {
+    match target {
+        Target::Path(out) => Ok(state::read_local(out)?),
+        Target::Object(_) => Ok(sink.previous().and_then(|m| m.state.clone())),
+    }
+}
+
+/// When `plan` holds incremental exports only and the target is an etl output, the plan of the
+/// output's kept exports followed by the exports named that it does not hold yet, and what the
+/// output held. Otherwise `plan` unchanged and `None`.
+pub fn prepare(
+    plan: Plan,
+    target: &Target,
+    spool: &Path,
+    settings: &super::UnwindSettings,
+    sink: &dyn Sink,
+) -> ApplyPlan {
     if !plan.only_exports() || plan.exports.iter().any(|e| e.window.is_none()) {
         return Ok((plan, None));
     }
-    if !out.join(crate::sink::local::RUN_REPORT).is_file() {
-        // Not an output: the chain check refuses incremental exports without a full one.
-        return Ok((plan, None));
-    }
-    let out_text = out.display().to_string();
-    let base_root = out.join(BASE_DIR);
-    if !base_root.join("AWSDynamoDB").is_dir() {
-        return Err(ApplyError::NoBase { out: out_text }.into());
-    }
-    let base = crate::source::resolve(&[Location::Path(base_root)], &settings.aws, &settings.scan, spool)?;
-    let recorded = state::read_local(out)?;
+    // Not an output: the chain check refuses incremental exports without a full one.
+    let out_text = target.to_string();
+    let base = match target {
+        Target::Path(out) => {
+            if !out.join(crate::sink::local::RUN_REPORT).is_file() {
+                return Ok((plan, None));
+            }
+            let base_root = out.join(BASE_DIR);
+            if !base_root.join("AWSDynamoDB").is_dir() {
+                return Err(ApplyError::NoBase { out: out_text }.into());
+            }
+            crate::source::resolve(&[Location::Path(base_root)], &settings.aws, &settings.scan, spool)?
+        }
+        Target::Object(url) => {
+            let Some(head) = sink.previous() else { return Ok((plan, None)) };
+            object_base(url, head, settings, spool)?
+        }
+    };
+    let recorded = previous_state(target, sink)?;
     if let Some(prev) = &recorded {
         let hash = settings.mapping.as_deref().and_then(|m| state::mapping_hash(&m.files));
         let next = state::RunState { mapping_hash: hash, ..prev.clone() };
@@ -101,14 +142,58 @@ pub fn prepare(plan: Plan, target: &Target, spool: &Path, settings: &super::Unwi
     Ok((merged, Some(Onto { new_exports, previous_export })))
 }
 
-/// Orders the chain a run applies. Onto an existing output, gaps before the exports it already
-/// held were refused or allowed (and reported) when they were applied: only gaps before the new
-/// exports are checked and reported again.
+/// The folder of export `e` relative to its export root (`AWSDynamoDB/<ExportId>`), where an
+/// output keeps it under `_etl/base/`; `None` when its folder has no such two last segments.
+fn base_folder(e: &crate::source::ExportInfo) -> Option<String> {
+    let mut parts = e.export_dir.trim_end_matches(['/', '\\']).rsplit(['/', '\\']);
+    let (id, parent) = (parts.next()?, parts.next()?);
+    let plain = |s: &str| !s.is_empty() && s != "." && s != "..";
+    (plain(id) && plain(parent)).then(|| format!("{parent}/{id}"))
+}
+
+/// The exports the committed run of the object-store output at `url` lists, each resolved from
+/// its kept copy under `_etl/base/`; refused as [`ApplyError::NoBase`] when one is not there.
+fn object_base(
+    url: &ObjectUrl,
+    head: &RunManifest,
+    settings: &super::UnwindSettings,
+    spool: &Path,
+) -> Result<Plan, UnwindError> {
+    let no_base = || UnwindError::from(ApplyError::NoBase { out: url.to_string() });
+    if head.exports.is_empty() {
+        return Err(no_base());
+    }
+    let mut base = Plan::default();
+    for e in &head.exports {
+        let folder = base_folder(e).ok_or_else(no_base)?;
+        let key = format!("{}{BASE_DIR}/{folder}/manifest-summary.json", url.dir_prefix());
+        let at = Location::Object(ObjectUrl { key, ..url.clone() });
+        match crate::source::resolve(&[at], &settings.aws, &settings.scan, spool) {
+            Ok(p) if p.exports.iter().all(|k| k.summary_md5 == e.summary_md5) => base.append(p),
+            Ok(_) => {
+                return Err(ApplyError::BaseChanged {
+                    out: url.to_string(),
+                    export: export_id(e),
+                    kept: url.url_of(&format!("{}{BASE_DIR}/{folder}/", url.dir_prefix())),
+                }
+                .into());
+            }
+            Err(SourceError::NotFound { .. }) => return Err(no_base()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(base)
+}
+
+/// Orders the chain a run applies. Onto an existing output, gaps and overlaps before the exports
+/// it already held were refused or allowed (and reported) when they were applied: only those
+/// before the new exports are checked and reported again.
 pub fn order(plan: &Plan, onto: Option<&Onto>, allow_gap: bool) -> Result<Option<Chain>, ChainError> {
     let Some(o) = onto else { return crate::source::chain::order(plan, allow_gap) };
     let Some(mut c) = crate::source::chain::order(plan, true)? else { return Ok(None) };
     let new_ids: Vec<String> = o.new_exports.iter().map(|&i| export_id(&plan.exports[i])).collect();
     c.gaps.retain(|g| new_ids.contains(&g.before));
+    c.overlaps.retain(|v| new_ids.contains(&v.later));
     if !allow_gap && let Some(g) = c.gaps.first() {
         return Err(ChainError::Gap(g.clone()));
     }
@@ -126,58 +211,197 @@ pub struct Kept {
     pub millis: u64,
 }
 
+/// What [`keep_base`] did: the exports kept, or why they were not when the run must say so.
+#[derive(Debug, Clone, Default)]
+pub struct Keeping {
+    pub kept: Option<Kept>,
+    /// A warning for the run report: the exports could not be kept.
+    pub warning: Option<String>,
+}
+
 /// Copies every export of `plan` into the output's `_etl/base/` through `sink`, unchanged, before
 /// anything is read, and points each data file's input at its kept copy: the bytes the run
-/// reads and verifies against the manifests are the bytes kept. The files of exports read from
-/// the previous output's own `_etl/base/` (at `out`) are hard-linked, the others copied. `None`
-/// (nothing kept, nothing changed) when the plan is not made of local exports only, or the sink
-/// keeps no files. A data file gone before it was kept fails as it would have failed reading.
-pub fn keep_base(plan: &mut Plan, sink: &dyn Sink, out: Option<&Path>) -> Result<Option<Kept>, UnwindError> {
+/// reads and verifies against the manifests are the bytes kept. Into a local output, from local
+/// exports only: the files of exports read from the previous output's own `_etl/base/` are
+/// hard-linked, the others copied. Into an object-store output, from local exports (uploaded) or
+/// object-store ones (copied server-side within the bucket; exports the output already keeps
+/// are left as they are). `None` (nothing kept, nothing changed) when the plan is not made of
+/// exports only, or of exports this sink cannot keep. A data file gone before it was kept fails
+/// as it would have failed reading.
+pub fn keep_base(plan: &mut Plan, sink: &dyn Sink, target: &Target, aws: &AwsOptions) -> Result<Keeping, UnwindError> {
     let local = plan.files.iter().all(|f| matches!(f.input, Input::Path(_)));
-    if !plan.only_exports() || !local {
-        return Ok(None);
+    let objects = plan.files.iter().all(|f| matches!(f.input, Input::Path(_) | Input::Object(_)));
+    let out_url = match target {
+        Target::Object(u) => Some(u),
+        Target::Path(_) => None,
+    };
+    if !plan.only_exports() || !(local || (out_url.is_some() && objects)) {
+        return Ok(Keeping::default());
+    }
+    // Every export is checked before anything is kept, so a run keeps all or nothing.
+    for e in &plan.exports {
+        let object = ObjectUrl::parse(&e.export_dir).is_some();
+        if base_folder(e).is_none() || (object && out_url.is_none()) {
+            return Ok(Keeping::default());
+        }
+    }
+    // On an object store, `_etl/base/` outlives runs: a folder of the same name holding another
+    // export (a different `manifest-summary.json`) is never written over.
+    if let Some(url) = out_url
+        && let Some(clash) = base_clash(plan, url, aws)?
+    {
+        return Ok(Keeping {
+            kept: None,
+            warning: Some(format!(
+                "the exports read were not kept: `{clash}` holds another export of the same name; incremental exports cannot be applied onto this output (unwind them with the full export in one run into a new `--out`)"
+            )),
+        });
     }
     let started = Instant::now();
-    let previous = out.map(|o| o.join(BASE_DIR));
+    let previous = match target {
+        Target::Path(o) => Some(o.join(BASE_DIR)),
+        Target::Object(_) => None,
+    };
     let mut kept = Kept::default();
     for e in 0..plan.exports.len() {
-        let dir = Path::new(&plan.exports[e].export_dir).to_owned();
-        let Some(root) = dir.parent().and_then(Path::parent).map(Path::to_owned) else { return Ok(None) };
-        let Ok(dir_rel) = dir.strip_prefix(&root) else { return Ok(None) };
-        let link = previous.as_deref().is_some_and(|p| dir.starts_with(p));
-        let mut keep = |rel: &Path, from: &Path| -> Result<Option<std::path::PathBuf>, SinkError> {
-            let rel = rel.to_string_lossy().replace('\\', "/");
-            let to = sink.keep(&format!("{BASE_DIR}/{rel}"), from, link)?;
-            if to.is_some() {
-                kept.files += 1;
-                kept.bytes += std::fs::metadata(from).map(|m| m.len()).unwrap_or(0);
-            }
-            Ok(to)
+        let k = match ObjectUrl::parse(&plan.exports[e].export_dir) {
+            Some(Ok(url)) => keep_object_export(plan, e, &url, sink, aws)?,
+            Some(Err(_)) => None,
+            None => keep_local_export(plan, e, sink, previous.as_deref())?,
         };
-        for name in EXPORT_FILES {
-            let from = dir.join(name);
-            if from.is_file() && keep(&dir_rel.join(name), &from)?.is_none() {
-                return Ok(None);
-            }
-        }
-        for i in plan.exports[e].files.clone() {
-            let f = &plan.files[i];
-            let (Input::Path(from), Ok(rel)) = (&f.input, Path::new(&f.display).strip_prefix(&root)) else {
-                return Err(UnwindError::Internal {
-                    message: format!("data file `{}` is not under its export's root `{}`", f.display, root.display()),
-                });
-            };
-            let to = match keep(rel, from) {
-                Ok(Some(to)) => to,
-                Ok(None) => return Ok(None),
-                Err(SinkError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(SourceError::VanishedDataFile { path: f.display.clone() }.into());
-                }
-                Err(e) => return Err(e.into()),
-            };
-            plan.files[i].input = Input::Path(to);
-        }
+        let Some(k) = k else { return Ok(Keeping::default()) };
+        kept.files += k.files;
+        kept.bytes += k.bytes;
     }
     kept.millis = started.elapsed().as_millis() as u64;
+    Ok(Keeping { kept: Some(kept), warning: None })
+}
+
+/// The kept folder of the object-store output at `url` that holds another export than the one of
+/// `plan` of the same folder name, if one does.
+fn base_clash(plan: &Plan, url: &ObjectUrl, aws: &AwsOptions) -> Result<Option<String>, UnwindError> {
+    let rt = crate::store::io_runtime();
+    let store = rt.block_on(crate::store::open(url, aws)).map_err(SourceError::from)?;
+    for e in &plan.exports {
+        let Some(folder) = base_folder(e) else { continue };
+        let key = format!("{}{BASE_DIR}/{folder}/manifest-summary.json", url.dir_prefix());
+        let shown = url.url_of(&key);
+        let got = rt.block_on(async {
+            match store.get(&ObjPath::from(key.as_str())).await {
+                Ok(r) => r.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        match got {
+            Ok(Some(bytes)) if crate::source::md5_base64(&bytes) != e.summary_md5 => {
+                return Ok(Some(url.url_of(&format!("{}{BASE_DIR}/{folder}/", url.dir_prefix()))));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(crate::source::object::describe_error(&shown, &e).into()),
+        }
+    }
+    Ok(None)
+}
+
+/// Keeps export `e` of `plan`, a local folder; `None` when the sink keeps no such file.
+fn keep_local_export(
+    plan: &mut Plan,
+    e: usize,
+    sink: &dyn Sink,
+    previous: Option<&Path>,
+) -> Result<Option<Kept>, UnwindError> {
+    let mut kept = Kept::default();
+    let dir = Path::new(&plan.exports[e].export_dir).to_owned();
+    let Some(root) = dir.parent().and_then(Path::parent).map(Path::to_owned) else { return Ok(None) };
+    let Ok(dir_rel) = dir.strip_prefix(&root) else { return Ok(None) };
+    let link = previous.is_some_and(|p| dir.starts_with(p));
+    let mut keep = |rel: &Path, from: &Path| -> Result<Option<Input>, SinkError> {
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        let to = sink.keep_input(&format!("{BASE_DIR}/{rel}"), &Input::Path(from.to_owned()), None, link)?;
+        if to.is_some() {
+            kept.files += 1;
+            kept.bytes += std::fs::metadata(from).map(|m| m.len()).unwrap_or(0);
+        }
+        Ok(to)
+    };
+    for name in EXPORT_FILES {
+        let from = dir.join(name);
+        if from.is_file() && keep(&dir_rel.join(name), &from)?.is_none() {
+            return Ok(None);
+        }
+    }
+    for i in plan.exports[e].files.clone() {
+        let f = &plan.files[i];
+        let (Input::Path(from), Ok(rel)) = (&f.input, Path::new(&f.display).strip_prefix(&root)) else {
+            return Err(UnwindError::Internal {
+                message: format!("data file `{}` is not under its export's root `{}`", f.display, root.display()),
+            });
+        };
+        let to = match keep(rel, from) {
+            Ok(Some(to)) => to,
+            Ok(None) => return Ok(None),
+            Err(SinkError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Err(SourceError::VanishedDataFile { path: f.display.clone() }.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        plan.files[i].input = to;
+    }
+    Ok(Some(kept))
+}
+
+/// Keeps export `e` of `plan`, in an object store at `url` (its `AWSDynamoDB/<ExportId>`
+/// folder); `None` when the sink keeps no such object.
+fn keep_object_export(
+    plan: &mut Plan,
+    e: usize,
+    url: &ObjectUrl,
+    sink: &dyn Sink,
+    aws: &AwsOptions,
+) -> Result<Option<Kept>, UnwindError> {
+    let mut kept = Kept::default();
+    let dir = url.key.trim_end_matches('/').to_owned();
+    let Some(folder) = base_folder(&plan.exports[e]) else { return Ok(None) };
+    let root = dir.strip_suffix(&folder).unwrap_or_default().to_owned();
+    let root_url = url.url_of(&root);
+    let store = crate::store::io_runtime().block_on(crate::store::open(url, aws)).map_err(SourceError::from)?;
+    for name in EXPORT_FILES {
+        let key = format!("{dir}/{name}");
+        let shown = url.url_of(&key);
+        let p = ObjPath::from(key.as_str());
+        let size = match crate::store::io_runtime().block_on(store.head(&p)) {
+            Ok(m) => m.size,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(crate::source::object::describe_error(&shown, &e).into()),
+        };
+        let from = Input::Object(ObjectRef { store: store.clone(), key: p });
+        let from_url = ObjectUrl { key, ..url.clone() };
+        if sink.keep_input(&format!("{BASE_DIR}/{folder}/{name}"), &from, Some(&from_url), false)?.is_none() {
+            return Ok(None);
+        }
+        kept.files += 1;
+        kept.bytes += size;
+    }
+    for i in plan.exports[e].files.clone() {
+        let f = &plan.files[i];
+        let rel = f.display.strip_prefix(&root_url).filter(|r| !r.is_empty() && !r.starts_with('/'));
+        let (Some(rel), Some(Ok(from_url))) = (rel, ObjectUrl::parse(&f.display)) else {
+            return Err(UnwindError::Internal {
+                message: format!("data file `{}` is not under its export's root `{root_url}`", f.display),
+            });
+        };
+        let to = match sink.keep_input(&format!("{BASE_DIR}/{rel}"), &f.input, Some(&from_url), false) {
+            Ok(Some(to)) => to,
+            Ok(None) => return Ok(None),
+            Err(SinkError::Store(s)) if s.kind == crate::store::ObjectErrorKind::NotFound => {
+                return Err(SourceError::VanishedDataFile { path: f.display.clone() }.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        kept.files += 1;
+        kept.bytes += f.size;
+        plan.files[i].input = to;
+    }
     Ok(Some(kept))
 }

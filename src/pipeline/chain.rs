@@ -342,7 +342,10 @@ impl Applier {
         self.roles.push(Role::Current);
         plan.files.push(DataFile {
             input: Input::Path(path),
-            display: format!("<current images from {} incremental exports: {images}>", self.chain.incrementals.len()),
+            display: {
+                let n = self.chain.incrementals.len();
+                format!("<current images from {n} incremental export{}: {images}>", if n == 1 { "" } else { "s" })
+            },
             gzip: false,
             layout: Layout::ExportLines,
             size,

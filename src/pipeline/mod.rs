@@ -233,29 +233,19 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         return Err(UnwindError::DeltaIncremental { export: crate::source::chain::export_id(e) });
     }
     // Incremental exports alone, onto an existing output: the chain of what it holds and them.
-    let (mut plan, onto) = apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings)?;
-    let out_dir = match &settings.target {
-        Target::Path(p) => Some(p.as_path()),
-        Target::Object(_) => None,
-    };
-    // Kept before anything is read, so that what is read is what is kept.
-    let kept = apply::keep_base(&mut plan, sink.as_ref(), out_dir)?;
-    if let Some(k) = kept {
-        info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
-    }
+    let (mut plan, onto) = apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings, sink.as_ref())?;
     let chain = apply::order(&plan, onto.as_ref(), settings.allow_gap).map_err(SourceError::from)?;
     let mut state = match &chain {
         Some(c) => {
             let hash = settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files));
             let next = crate::state::of_chain(&plan.exports, c, &[], hash);
-            if let Target::Path(out) = &settings.target
-                && let Some(prev) = crate::state::read_local(out)?
-                && crate::state::compare(&prev, &next, &out.display().to_string())?
-                    == crate::state::Compared::AlreadyApplied
+            let out = settings.target.to_string();
+            if let Some(prev) = apply::previous_state(&settings.target, sink.as_ref())?
+                && crate::state::compare(&prev, &next, &out)? == crate::state::Compared::AlreadyApplied
             {
                 let exports = next.applied.iter().map(|a| format!("`{}`", a.export_id)).collect::<Vec<_>>();
                 return Err(UnwindError::UpToDate {
-                    out: out.display().to_string(),
+                    out,
                     exports: format!("export{} {}", if exports.len() == 1 { "" } else { "s" }, exports.join(", ")),
                 });
             }
@@ -263,6 +253,12 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         }
         None => None,
     };
+    // Kept before anything is read, so that what is read is what is kept.
+    let keeping = apply::keep_base(&mut plan, sink.as_ref(), &settings.target, &settings.aws)?;
+    let kept = keeping.kept;
+    if let Some(k) = kept {
+        info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
+    }
     let chain = match chain {
         Some(c) => Some(chain::Applier::reduce(
             c,
@@ -301,11 +297,13 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let inputs = report::inputs(&plan, &read);
     let integrity = report::integrity(&plan, &read, settings.allow_mismatch);
     let mut warnings: Vec<String> = integrity.mismatches.iter().map(ToString::to_string).collect();
+    warnings.extend(keeping.warning);
     warnings.extend(read.warnings.iter().cloned());
     warnings.extend(report::schema_warnings(&written));
     let chain_report = chain.as_ref().map(|c| c.report(&plan, &read.chain, &written.tables));
     if let Some(c) = &chain {
         warnings.extend(c.warnings.iter().cloned());
+        warnings.extend(c.chain.overlaps.iter().map(crate::source::chain::Overlap::warning));
         warnings.extend(c.chain.gaps.iter().map(|g| {
             format!(
                 "gap of {:.3} s allowed by `--allow-gap`: `{}` covers up to {}, `{}` starts at {}; changes made in between are missing",

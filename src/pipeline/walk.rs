@@ -68,7 +68,9 @@ pub struct At<'a> {
 }
 
 /// Calls `f` with every item of every file, in plan order, or with the reject the unit became
-/// (what `etl unwind` would reject, for the same reason). Returns the warnings about whole files.
+/// (what `etl unwind` would reject, for the same reason). The items of an incremental export's
+/// data files are the new images of their change records; deletes are skipped. Returns the
+/// warnings about whole files.
 pub fn each_item(
     plan: &Plan,
     max_line_bytes: usize,
@@ -76,14 +78,16 @@ pub fn each_item(
 ) -> Result<Vec<String>, UnwindError> {
     let mut warnings = Vec::new();
     let progress = Arc::new(AtomicU64::new(0));
-    for file in &plan.files {
-        each_in_file(file, max_line_bytes, &progress, &mut warnings, &mut f)?;
+    for (i, file) in plan.files.iter().enumerate() {
+        let incremental = plan.exports.iter().any(|e| e.window.is_some() && e.files.contains(&i));
+        each_in_file(file, incremental, max_line_bytes, &progress, &mut warnings, &mut f)?;
     }
     Ok(warnings)
 }
 
 fn each_in_file(
     file: &DataFile,
+    incremental: bool,
     max_line_bytes: usize,
     progress: &Arc<AtomicU64>,
     warnings: &mut Vec<String>,
@@ -95,8 +99,19 @@ fn each_in_file(
         if let Frame::Corrupt { line, error, .. } = &frame {
             warnings.push(corrupt_warning(&file.display, *line, error));
         }
+        // As a chain run reads them: in an incremental export, a change's new image is an item
+        // the table held and a delete (keys only) is no item, while an `Item` line is rejected;
+        // elsewhere a change record is rejected.
         match unit(format, frame, max_line_bytes) {
+            Unit::Record { record: Record::Put(_), line, .. } if incremental => {
+                f(At { file: &file.display, line }, Err(&super::chain::item_in_incremental()))
+            }
             Unit::Record { record: Record::Put(item), line, .. } => f(At { file: &file.display, line }, Ok(&item)),
+            Unit::Record { record: Record::Change(c), line, .. } if incremental => {
+                if let Some(image) = &c.new {
+                    f(At { file: &file.display, line }, Ok(image));
+                }
+            }
             Unit::Record { record: Record::Change(_), line, .. } => {
                 f(At { file: &file.display, line }, Err(&crate::normalize::change_not_applied()))
             }

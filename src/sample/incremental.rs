@@ -170,6 +170,10 @@ struct Window {
     events_from_ms: u64,
     /// Where the next window starts, if inside this one (an overlap), else `to_ms`.
     next_from_ms: u64,
+    /// Where the last later window that starts inside this one starts, else `to_ms`: every
+    /// later window that sees any of this one's time from here on sees all of it. With windows
+    /// shorter than twice the overlap, the window after next overlaps this one too.
+    tail_from_ms: u64,
 }
 
 fn key_of(item: &Item) -> Option<Key> {
@@ -304,7 +308,17 @@ fn windows(seed: u64, export_ms: u64, inc: &IncrementalOptions) -> Vec<Window> {
             let prev: &mut Window = prev;
             prev.next_from_ms = from_ms.min(prev.to_ms);
         }
-        out.push(Window { from_ms, to_ms, events_from_ms: covered.max(from_ms), next_from_ms: to_ms });
+        // Later windows start later: the latest one starting inside an earlier window is this.
+        for earlier in out.iter_mut().filter(|e| from_ms < e.to_ms) {
+            earlier.tail_from_ms = from_ms;
+        }
+        out.push(Window {
+            from_ms,
+            to_ms,
+            events_from_ms: covered.max(from_ms),
+            next_from_ms: to_ms,
+            tail_from_ms: to_ms,
+        });
         covered = to_ms;
     }
     out
@@ -402,10 +416,12 @@ fn draw_events(
     for i in 0..changed / 20 + 1 {
         let email = format!("gone-{w}-{i}@example.com");
         let pk = format!("USER#{email}");
-        // Both writes on one side of where the next window starts, so that no export sees one
-        // without the other (an overlap seeing only the delete would export it).
+        // Both writes before the next window starts or where every later window overlapping
+        // this one sees them both, so that no export sees one without the other (an overlap
+        // seeing only the delete would export it).
         let split = (window.next_from_ms * 1000).clamp(lo, hi);
-        let (a, b) = if split - lo >= 2 && (hi - split < 2 || r.chance(50)) { (lo, split) } else { (split, hi) };
+        let tail = (window.tail_from_ms * 1000).clamp(split, hi);
+        let (a, b) = if split - lo >= 2 && (hi - tail < 2 || r.chance(50)) { (lo, split) } else { (tail, hi) };
         let inserted = r.range(a, b - 2);
         let deleted = r.range(inserted + 1, b - 1);
         let item = new_user(&mut r, &email, &pk, inserted / 1_000_000);

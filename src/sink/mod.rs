@@ -27,7 +27,8 @@ pub use parquet::{PartWriter, RowGroups};
 
 use crate::aws::AwsOptions;
 use crate::schema::TableSchema;
-use crate::store::{StoreError, Target};
+use crate::source::Input;
+use crate::store::{ObjectUrl, StoreError, Target};
 
 /// Why output cannot be staged or published. Nothing was published when a sink returns one.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +141,35 @@ pub trait Sink: Send + Sync {
     fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {
         let _ = (rel, from, link);
         Ok(None)
+    }
+
+    /// Puts the bytes of `from` (a local file, or an object whose URL is `from_url`) into the
+    /// output at `rel`, unchanged, as [`Sink::keep`] does, and returns where the kept copy can
+    /// be read. An object-store output copies an object of its own bucket server-side, and
+    /// keeps nothing new for an object already at `rel`; the copy is made before the commit and
+    /// outside any run's own names, so it must only ever be given bytes that are the same for
+    /// every run writing `rel` (an export's files, at their export's place). `None` when this
+    /// sink keeps no such input.
+    fn keep_input(
+        &self,
+        rel: &str,
+        from: &Input,
+        from_url: Option<&ObjectUrl>,
+        link: bool,
+    ) -> Result<Option<Input>, SinkError> {
+        let _ = from_url;
+        match from {
+            Input::Path(p) => Ok(self.keep(rel, p, link)?.map(Input::Path)),
+            Input::Object(_) | Input::Stdin => Ok(None),
+        }
+    }
+
+    /// The committed report of the output this run replaces, when the sink read it when it was
+    /// opened (object stores: the head its commit is conditional on, so a run that builds on it
+    /// commits only if no other run committed since). `None` for local outputs, which are read
+    /// from disk under their lock.
+    fn previous(&self) -> Option<&RunManifest> {
+        None
     }
 
     /// Publishes every part with `manifest` and the schema contracts, atomically. Returns the

@@ -3,25 +3,33 @@
 //! S3 has no atomic folder rename, so the commit record is the run report itself, written with
 //! a conditional PUT:
 //!
-//! 1. The output is first written and checked locally, exactly as for a local `--out`, in a
-//!    scratch folder that a lock file beside it marks live ([`super::lock`]).
-//! 2. The current `_etl/run.json` (the head) is read with its ETag.
+//! 1. When the sink is opened, the current `_etl/run.json` (the head) is read with its ETag
+//!    (a prefix holding objects but no head, and objects etl does not write, is refused). The
+//!    run builds on it: an apply of incremental exports reads the output's state and kept
+//!    exports from it ([`Sink::previous`]).
+//! 2. The output is written and checked locally, exactly as for a local `--out`, in a scratch
+//!    folder that a lock file beside it marks live ([`super::lock`]). Exports the output keeps
+//!    (`_etl/base/`, [`Sink::keep_input`]) are copied first, server-side within the bucket, and
+//!    read from their kept copies.
 //! 3. The run declares itself: `_etl/runs/<run-id>/started.json` names the head it builds on.
 //! 4. Each data file is uploaded under a name unique to the run
 //!    (`<table>/part-00000-<run-id>.parquet`), the schemas and a copy of the report under
 //!    `_etl/runs/<run-id>/`.
 //! 5. `_etl/run.json`, listing every file of the run, is written last, with `If-Match` on the
-//!    head's ETag (`If-None-Match: *` for a new output). One PUT of one object is atomic, so
-//!    readers (`etl sql --data s3://…`) see the previous run or this one, never a mix. When
-//!    another run committed in between, the PUT fails with 412: this run removes what it
-//!    uploaded and fails ([`SinkError::Conflict`], exit 1), and the winner's output is intact.
+//!    head's ETag read at step 1 (`If-None-Match: *` for a new output). One PUT of one object is
+//!    atomic, so readers (`etl sql --data s3://…`) see the previous run or this one, never a
+//!    mix. When another run committed since this one opened the output, the PUT fails with 412:
+//!    this run removes what it uploaded and fails ([`SinkError::Conflict`], exit 1), and the
+//!    winner's output is intact. Copies of exports kept in `_etl/base/` are left: they are the
+//!    export's own bytes, the same for every run, and only the exports a committed `run.json`
+//!    lists are ever read from there.
 //!    When the PUT's outcome is unknown (a reset connection, a retried request), the head is
 //!    read again: the commit happened exactly when it names this run.
 //! 6. Then, if this run is still the head, objects of runs that no committed `run.json` can
 //!    reference any more are deleted: runs other than the head and the run it replaced (kept
 //!    one more run so that queries already reading them can finish), except runs that declared
 //!    the head as their base, which may still commit. Only objects named the way etl names them
-//!    are ever deleted.
+//!    are ever deleted (never anything under `_etl/base/`).
 //!
 //! This requires a store that honours conditional PUTs: S3 (since 2024), MinIO, R2, moto, and
 //! `object_store`'s in-memory store do; a store that ignores `If-Match` cannot tell two
@@ -44,6 +52,8 @@ use super::manifest::{RUN_MANIFEST, RunManifest};
 use super::{Committed, PartWriter, Sink, SinkError, faults};
 use crate::aws::AwsOptions;
 use crate::schema::TableSchema;
+use crate::source::Input;
+use crate::source::object::ObjectRef;
 use crate::store::{self, ObjectUrl, StoreError, io_runtime};
 
 /// Uploads in flight at once.
@@ -62,9 +72,11 @@ const MAX_STARTED_BYTES: usize = 64 * 1024;
 pub struct ObjectSink {
     local: LocalSink,
     url: ObjectUrl,
-    aws: AwsOptions,
     overwrite: bool,
     root: ScratchRoot,
+    store: Arc<dyn ObjectStore>,
+    /// The head when the sink was opened: the commit is conditional on it.
+    head: Option<Head>,
 }
 
 /// The scratch root of an object-store run, with its lock held; removed however the run ends
@@ -92,9 +104,18 @@ impl ObjectSink {
         overwrite: bool,
         props: WriterProperties,
     ) -> Result<ObjectSink, SinkError> {
+        let (store, head) = io_runtime().block_on(async {
+            let store: Arc<dyn ObjectStore> = store::open(&url, &aws).await?;
+            let head = read_head(&store, &url, &format!("{}{RUN_MANIFEST}", url.dir_prefix())).await?;
+            if head.is_none() && !overwrite {
+                refuse_foreign(&store, &url).await?;
+            }
+            Ok::<_, SinkError>((store, head))
+        })?;
+        faults::point("s3-opened");
         let root = scratch_root()?;
         let local = LocalSink::create(&root.dir.join("out"), false, props)?;
-        Ok(ObjectSink { local, url, aws, overwrite, root })
+        Ok(ObjectSink { local, url, overwrite, root, store, head })
     }
 }
 
@@ -107,14 +128,44 @@ impl Sink for ObjectSink {
         self.local.part(table, part, schema)
     }
 
+    fn keep_input(
+        &self,
+        rel: &str,
+        from: &Input,
+        from_url: Option<&ObjectUrl>,
+        _link: bool,
+    ) -> Result<Option<Input>, SinkError> {
+        let key = format!("{}{rel}", self.url.dir_prefix());
+        let to = ObjPath::from(key.as_str());
+        let url = &self.url;
+        io_runtime().block_on(async {
+            match from {
+                Input::Path(p) => upload(&self.store, p, &key, url).await?,
+                Input::Object(o) if from_url.is_some_and(|u| u.scheme == url.scheme && u.bucket == url.bucket) => {
+                    // The output's own kept copy (an apply reads the exports it holds) stays.
+                    if o.key != to {
+                        self.store.copy(&o.key, &to).await.map_err(obj_err("copy to", url, &key))?;
+                    }
+                }
+                Input::Object(o) => transfer(o, from_url, &self.store, &to, url).await?,
+                Input::Stdin => return Ok(None),
+            }
+            Ok(Some(Input::Object(ObjectRef { store: self.store.clone(), key: to })))
+        })
+    }
+
+    fn previous(&self) -> Option<&RunManifest> {
+        self.head.as_ref().and_then(|h| h.manifest.as_deref())
+    }
+
     fn commit(
         self: Box<Self>,
         mut manifest: RunManifest,
         schemas: &[TableSchema],
     ) -> Result<(RunManifest, Committed), SinkError> {
-        let ObjectSink { local, url, aws, overwrite, root } = *self;
+        let ObjectSink { local, url, overwrite, root, store, head } = *self;
         let staging = local.finish(&mut manifest, schemas)?;
-        let result = io_runtime().block_on(publish(staging.path(), manifest, &url, &aws, overwrite));
+        let result = io_runtime().block_on(publish(staging.path(), manifest, &url, store, head, overwrite));
         drop(staging);
         drop(root);
         let p = result?;
@@ -228,11 +279,13 @@ struct Started {
     started_at: String,
 }
 
-/// The committed `run.json`: its version for a conditional PUT and the run it names.
+/// The committed `run.json`: its version for a conditional PUT, the run it names, and the
+/// report itself when it parses.
 struct Head {
     version: UpdateVersion,
     run_id: Option<String>,
     replaces: Option<String>,
+    manifest: Option<Box<RunManifest>>,
 }
 
 async fn read_head(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> Result<Option<Head>, SinkError> {
@@ -244,7 +297,8 @@ async fn read_head(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> 
             Ok(Some(Head {
                 version,
                 run_id: manifest.as_ref().and_then(|m| m.run_id.clone()),
-                replaces: manifest.and_then(|m| m.replaces_run_id.flatten()),
+                replaces: manifest.as_ref().and_then(|m| m.replaces_run_id.clone().flatten()),
+                manifest: manifest.map(Box::new),
             }))
         }
         Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -252,16 +306,71 @@ async fn read_head(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> 
     }
 }
 
-/// Uploads the finished output in `local` to `url`; `_etl/run.json` last, conditionally.
+/// Refuses a prefix that holds objects etl does not write (called when it has no head).
+async fn refuse_foreign(store: &Arc<dyn ObjectStore>, url: &ObjectUrl) -> Result<(), SinkError> {
+    let prefix = url.dir_prefix();
+    let p = ObjPath::from(prefix.as_str());
+    let mut listing = store.list(Some(&p));
+    while let Some(meta) = listing.next().await {
+        let meta = meta.map_err(obj_err("list", url, &prefix))?;
+        let key = meta.location.to_string();
+        if !is_etl_key(key.strip_prefix(&prefix).unwrap_or(&key)) {
+            return Err(SinkError::NotEtlPrefix { url: url.to_string() });
+        }
+    }
+    Ok(())
+}
+
+/// Copies object `from` (at `from_url`) of another bucket or store to `to`, streamed.
+async fn transfer(
+    from: &ObjectRef,
+    from_url: Option<&ObjectUrl>,
+    store: &Arc<dyn ObjectStore>,
+    to: &ObjPath,
+    url: &ObjectUrl,
+) -> Result<(), SinkError> {
+    use tokio::io::AsyncWriteExt as _;
+    let shown = url.url_of(to.as_ref());
+    let io = |e: std::io::Error| SinkError::Io { action: "copy to", path: shown.clone(), source: e };
+    let source = from_url.map_or_else(|| from.key.to_string(), ToString::to_string);
+    let got = from.store.get(&from.key).await.map_err(|e| SinkError::Store(StoreError::object("read", &source, &e)))?;
+    let mut stream = got.into_stream();
+    let mut writer = object_store::buffered::BufWriter::new(store.clone(), to.clone());
+    let mut copied: Result<(), std::io::Error> = Ok(());
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(bytes) => {
+                if let Err(e) = writer.write_all(&bytes).await {
+                    copied = Err(e);
+                    break;
+                }
+            }
+            Err(e) => {
+                copied = Err(std::io::Error::other(e));
+                break;
+            }
+        }
+    }
+    match copied {
+        Ok(()) => writer.shutdown().await.map_err(io),
+        Err(e) => {
+            let _ = writer.abort().await;
+            Err(io(e))
+        }
+    }
+}
+
+/// Uploads the finished output in `local` to `url`; `_etl/run.json` last, conditionally on
+/// `head`, the head read when the sink was opened.
 async fn publish(
     local: &Path,
     mut report: RunManifest,
     url: &ObjectUrl,
-    aws: &AwsOptions,
+    store: Arc<dyn ObjectStore>,
+    head: Option<Head>,
     overwrite: bool,
 ) -> Result<Published, SinkError> {
-    let store: Arc<dyn ObjectStore> = store::open(url, aws).await?;
-    let mut run = Publish::begin(store, url, overwrite).await?;
+    let mut run = Publish::begin_on(store, url, overwrite, head).await?;
     let (files, bytes) = run.upload(local, &mut report).await?;
     run.commit(&mut report).await?;
     let deleted = match run.cleanup().await {
@@ -287,26 +396,30 @@ struct Publish<'a> {
     run_id: String,
     /// Every key this run wrote before its commit, to remove if it loses.
     written: Vec<String>,
-    /// Schema files to copy to `_etl/schema/` once committed.
+    /// Informational copies made once committed (`_etl/schema/`, `_etl/state.json`): local
+    /// file, key.
     schemas: Vec<(PathBuf, String)>,
 }
 
 impl<'a> Publish<'a> {
-    /// Reads the head, checks that the prefix is an etl output (or empty), and declares the run.
+    /// Reads the head, then [`Publish::begin_on`] it.
+    #[cfg(test)]
     async fn begin(store: Arc<dyn ObjectStore>, url: &'a ObjectUrl, overwrite: bool) -> Result<Publish<'a>, SinkError> {
+        let head = read_head(&store, url, &format!("{}{RUN_MANIFEST}", url.dir_prefix())).await?;
+        Publish::begin_on(store, url, overwrite, head).await
+    }
+
+    /// Checks that the prefix is an etl output (or empty) and declares the run, built on `head`.
+    async fn begin_on(
+        store: Arc<dyn ObjectStore>,
+        url: &'a ObjectUrl,
+        overwrite: bool,
+        head: Option<Head>,
+    ) -> Result<Publish<'a>, SinkError> {
         let prefix = url.dir_prefix();
         let run_key = format!("{prefix}{RUN_MANIFEST}");
-        let head = read_head(&store, url, &run_key).await?;
         if head.is_none() && !overwrite {
-            let p = ObjPath::from(prefix.as_str());
-            let mut listing = store.list(Some(&p));
-            while let Some(meta) = listing.next().await {
-                let meta = meta.map_err(obj_err("list", url, &prefix))?;
-                let key = meta.location.to_string();
-                if !is_etl_key(key.strip_prefix(&prefix).unwrap_or(&key)) {
-                    return Err(SinkError::NotEtlPrefix { url: url.to_string() });
-                }
-            }
+            refuse_foreign(&store, url).await?;
         }
         let run_id = new_run_id();
         let started = Started {
@@ -351,8 +464,12 @@ impl<'a> Publish<'a> {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 uploads.push((e.path(), format!("{prefix}{RUNS_DIR}{run_id}/schema/{name}")));
-                self.schemas.push((e.path(), name));
+                self.schemas.push((e.path(), format!("{prefix}{}/{name}", super::manifest::SCHEMA_DIR)));
             }
+        }
+        let state = local.join(crate::state::STATE_FILE);
+        if state.is_file() {
+            self.schemas.push((state, format!("{prefix}{}", crate::state::STATE_FILE)));
         }
         let bytes: u64 = uploads.iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
         let files = uploads.len();
@@ -416,11 +533,16 @@ impl<'a> Publish<'a> {
         }
         tracing::info!(run_id = %run_id, url = %url, "committed");
         faults::point("s3-committed");
-        // Informational copies at the local layout's places (readers use `_etl/run.json`).
-        for (path, name) in std::mem::take(&mut self.schemas) {
-            let key = format!("{}{}/{name}", self.prefix, super::manifest::SCHEMA_DIR);
+        // Informational copies at the local layout's places (readers use `_etl/run.json`); a
+        // state copy of an earlier run that this one does not replace would mislead.
+        let copies = std::mem::take(&mut self.schemas);
+        let state_key = format!("{}{}", self.prefix, crate::state::STATE_FILE);
+        if !copies.iter().any(|(_, k)| *k == state_key) {
+            remove_keys(&self.store, &[state_key]).await;
+        }
+        for (path, key) in copies {
             if let Err(e) = upload(&self.store, &path, &key, url).await {
-                let w = format!("published; the informational schema copy `{key}` could not be written ({e})");
+                let w = format!("published; the informational copy `{key}` could not be written ({e})");
                 tracing::warn!("{w}");
                 report.warnings.push(w);
             }

@@ -4,10 +4,14 @@
 //! A chain is valid when every export is of one table (same `tableArn`), exactly one is a full
 //! export, and the incremental windows, ordered by `exportFromTime` (then `exportToTime`), cover
 //! time without a hole from the full export's `exportTime` on: the first window starts at or
-//! before it, and each next one starts at or before the latest end so far. Overlaps are
-//! harmless (a replace or delete by key is idempotent); a gap loses changes and is refused
-//! unless allowed, and then reported. This module reads manifests' times only; it knows nothing
-//! of items or keys.
+//! before it, and each next one starts at or before the latest end so far. A gap loses changes
+//! and is refused unless allowed, and then reported. An overlap (a window starting before the
+//! full export was taken, or before an earlier window ended) is applied but reported
+//! ([`Overlap`]): it is not harmless, because each export holds every key's net change over its
+//! own window, so an item written inside the overlap and deleted later in the later window is
+//! held by the earlier export (or the full export) and compacted away by the later one, and the
+//! chain keeps an item the table no longer has. This module reads manifests' times only; it
+//! knows nothing of items or keys.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -23,6 +27,32 @@ pub struct Chain {
     pub incrementals: Vec<usize>,
     /// Gaps between windows, allowed by `--allow-gap`.
     pub gaps: Vec<Gap>,
+    /// Windows starting before the time already covered, reported as warnings.
+    pub overlaps: Vec<Overlap>,
+}
+
+/// Time covered twice: a window starting before the full export was taken or before an earlier
+/// window ended. An item written inside it and deleted later in the later window is kept by the
+/// chain (the earlier export holds the write; the later one compacts write and delete away).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overlap {
+    /// The export that covers time up to `ends` (the full export, or an incremental one).
+    pub earlier: String,
+    pub ends: String,
+    /// The incremental export whose window starts at `starts`, before `ends`.
+    pub later: String,
+    pub starts: String,
+    pub seconds: f64,
+}
+
+impl Overlap {
+    /// The warning a run reports for it.
+    pub fn warning(&self) -> String {
+        format!(
+            "overlapping windows: `{}` starts at {}, {:.3} s before the end of what `{}` covers ({}); an item written inside the overlap and deleted later in `{}`'s window is held by `{}` and compacted away by `{}`, so the chain keeps an item the table no longer has; contiguous windows (`etl export start --incremental --since OUT`) have no such case",
+            self.later, self.starts, self.seconds, self.earlier, self.ends, self.later, self.earlier, self.later
+        )
+    }
 }
 
 /// Time no export of the chain covers: changes made then are missing from the result.
@@ -164,6 +194,7 @@ pub fn order(plan: &Plan, allow_gap: bool) -> Result<Option<Chain>, ChainError> 
     }
     windows.sort_by_key(|&(from, to, i)| (from, to, export_id(&plan.exports[i])));
     let mut gaps = Vec::new();
+    let mut overlaps = Vec::new();
     let mut covered = (export_time, export_id(f), f.export_time.clone().unwrap_or_default());
     for &(from, to, i) in &windows {
         let e = &plan.exports[i];
@@ -188,12 +219,20 @@ pub fn order(plan: &Plan, allow_gap: bool) -> Result<Option<Chain>, ChainError> 
                 return Err(ChainError::Gap(gap));
             }
             gaps.push(gap);
+        } else if from < covered.0 {
+            overlaps.push(Overlap {
+                earlier: covered.1.clone(),
+                ends: covered.2.clone(),
+                later: export_id(e),
+                starts: w.map(|w| w.from_time.clone()).unwrap_or_default(),
+                seconds: seconds(from, covered.0),
+            });
         }
         if to > covered.0 {
             covered = (to, export_id(e), w.map(|w| w.to_time.clone()).unwrap_or_default());
         }
     }
-    Ok(Some(Chain { full, incrementals: windows.into_iter().map(|(_, _, i)| i).collect(), gaps }))
+    Ok(Some(Chain { full, incrementals: windows.into_iter().map(|(_, _, i)| i).collect(), gaps, overlaps }))
 }
 
 #[cfg(test)]
@@ -238,6 +277,13 @@ mod tests {
         ]);
         let c = order(&p, false).unwrap().unwrap();
         assert_eq!((c.full, c.incrementals.clone(), c.gaps.len()), (1, vec![2, 0], 0));
+        // Window `inc1` starts 230.622 s before the full export was taken; `inc2` where `inc1` ends.
+        assert_eq!(c.overlaps.len(), 1, "{:?}", c.overlaps);
+        let o = &c.overlaps[0];
+        assert_eq!((o.earlier.as_str(), o.later.as_str()), ("full", "inc1"));
+        assert!((o.seconds - 230.622).abs() < 1e-9, "{}", o.seconds);
+        let w = o.warning();
+        assert!(w.contains("`inc1` starts at 2026-01-14T10:15:00.000Z") && w.contains(T0), "{w}");
         assert_eq!(order(&plan(vec![export("full", "t", Some(T0), None, 0)]), false).unwrap(), None);
     }
 
@@ -265,6 +311,12 @@ mod tests {
         ]);
         let Err(ChainError::Gap(g)) = order(&p, false) else { panic!("no gap") };
         assert_eq!((g.after.as_str(), g.before.as_str(), g.seconds), ("b", "c", 1.0));
+        // Allowed, the chain reports the gap and both overlaps: `a` with the full export (it
+        // starts before `exportTime`), `b` with `a` (30 minutes).
+        let c = order(&p, true).unwrap().unwrap();
+        let got: Vec<(&str, &str, f64)> =
+            c.overlaps.iter().map(|o| (o.earlier.as_str(), o.later.as_str(), o.seconds)).collect();
+        assert_eq!(got, vec![("full", "a", 1130.622), ("a", "b", 1800.0)]);
     }
 
     #[test]

@@ -23,14 +23,6 @@ fn export(root: &Path, id: &str) -> PathBuf {
     root.join("AWSDynamoDB").join(id)
 }
 
-/// Every file below `dir`: relative path -> MD5.
-fn tree(dir: &Path) -> BTreeMap<String, String> {
-    files_under(dir)
-        .into_iter()
-        .map(|p| (p.strip_prefix(dir).unwrap().to_string_lossy().into_owned(), md5_b64(&std::fs::read(&p).unwrap())))
-        .collect()
-}
-
 /// Every file below `dir`: relative path -> (inode, modification time in ns).
 fn stamps(dir: &Path) -> BTreeMap<String, (u64, i64)> {
     files_under(dir)
@@ -221,15 +213,7 @@ fn kill_9_while_applying_keeps_the_previous_output() {
     let mut complete = tree(&complete);
     complete.remove("_etl/run.json");
 
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-    eprintln!("kill_9_while_applying_keeps_the_previous_output: seed {seed}");
-    let mut rng = seed | 1;
-    let mut unit = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut rng = Rng::new("kill_9_while_applying_keeps_the_previous_output");
     // Kills at exact commit steps (both publish paths), then at random times.
     let mut cases: Vec<(Vec<(&str, &str)>, f64)> = vec![
         (vec![("ETL_TEST_KILL_AT", "staged")], 0.0),
@@ -239,7 +223,7 @@ fn kill_9_while_applying_keeps_the_previous_output() {
         (vec![("ETL_TEST_KILL_AT", "fallback-published"), ("ETL_TEST_NO_RENAME_EXCHANGE", "1")], 0.0),
     ];
     for _ in 0..12 {
-        cases.push((vec![], unit()));
+        cases.push((vec![], rng.unit()));
     }
     let (mut landed, mut published) = (0, 0);
     for (n, (env, when)) in cases.iter().enumerate() {

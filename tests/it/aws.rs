@@ -827,9 +827,9 @@ fn objects_by_run(m: &Moto, bucket: &str, prefix: &str) -> BTreeMap<String, BTre
 
 /// Spawns `etl unwind SRC --out URL` that pauses at `point` until `go` exists (the process
 /// creates `go.reached` there); returns once it is paused.
-fn paused_unwind(m: &Moto, src: &Path, url: &str, point: &str, go: &Path) -> std::process::Child {
+pub(crate) fn paused_unwind(m: &Moto, src: &str, url: &str, point: &str, go: &Path) -> std::process::Child {
     let env = [("ETL_TEST_PAUSE_AT", point), ("ETL_TEST_PAUSE_FILE", s(go))];
-    let child = etl_cmd(m, &["unwind", "-q", s(src), "--out", url], Endpoint::Env, &env)
+    let child = etl_cmd(m, &["unwind", "-q", src, "--out", url], Endpoint::Env, &env)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -892,10 +892,10 @@ fn s3_retention_keeps_the_replaced_run_and_running_uploads() {
     // still commit; X then commits and its clean-up deletes R3.
     let tmp = tempfile::tempdir().unwrap();
     let (go_y, go_x) = (tmp.path().join("go-y"), tmp.path().join("go-x"));
-    let y = paused_unwind(m, &src, &url, "s3-committed", &go_y);
+    let y = paused_unwind(m, s(&src), &url, "s3-committed", &go_y);
     let (y_id, replaced) = head();
     assert_eq!(replaced.as_ref(), Some(r3));
-    let x = paused_unwind(m, &src, &url, "s3-uploaded", &go_x);
+    let x = paused_unwind(m, s(&src), &url, "s3-uploaded", &go_x);
     let uploading = objects_by_run(m, &bucket, "o/");
     let x_id = uploading.keys().find(|id| !before.contains_key(*id) && **id != y_id).expect("X's objects").clone();
     let x_objects = uploading[&x_id].clone();

@@ -419,3 +419,43 @@ pub fn wait_or_kill(child: &mut Child, start: Instant, limit: Duration, what: &s
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Every file under `dir` (relative path -> MD5 of its bytes).
+pub fn tree(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, md5_b64(&std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// A small random generator (xorshift) for the tests that kill runs at random points, seeded
+/// from `ETL_FAULT_SEED` or the clock; the seed is printed so a failure can be replayed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(test: &str) -> Rng {
+        let seed = std::env::var("ETL_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+        });
+        eprintln!("{test}: ETL_FAULT_SEED={seed}");
+        Rng(seed | 1)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

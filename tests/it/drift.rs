@@ -1,7 +1,8 @@
 //! Schema drift across runs: a run that replaces an output lists how its tables' contracts
 //! changed (`drift` in `_etl/run.json`, and the summary), `--on-drift fail` refuses any change
-//! and leaves the previous output as it was (local and S3), and `etl schema diff OLD NEW` prints
-//! the differences of two outputs, exiting like diff(1).
+//! and leaves the previous output as it was (local and S3, with a mapping whose declared columns
+//! change as without one), and `etl schema diff OLD NEW` prints the differences of two outputs
+//! (as text, or `--format json`), exiting like diff(1).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -194,6 +195,53 @@ fn on_drift_fail_refuses_and_leaves_the_previous_output() {
     assert_eq!(run_report(&out)["drift"]["tables"][0]["table"], "w");
 }
 
+/// A mapping of entity `W` (table `w`, key `PK = "W#{id}"`) whose extra columns are `extra`.
+fn mapping(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    let path = dir.join(name);
+    let text = format!(
+        "[settings]\ntype_attribute = \"Type\"\n\n[entity.W]\ntable = \"w\"\nkeys = {{ PK = \"W#{{id}}\" }}\ncolumns = [\n  {{ name = \"id\", required = true }},\n{extra}]\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// With `--mapping`: a re-run whose mapping adds a column and declares another type for one is
+/// drift like any other; `--on-drift fail` refuses it (exit 1, the changes on stderr, every byte
+/// of the output left), and allowed, the run publishes and lists the changes.
+#[test]
+fn a_mapping_that_changes_the_columns_is_drift() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let n = |v: &str| format!(r#"{{"N":"{v}"}}"#);
+    let lines =
+        vec![line("W", "W#a", &[("n", &n("1")), ("note", r#"{"S":"hi"}"#)]), line("W", "W#b", &[("n", &n("-20"))])];
+    let export = export_of(&tmp.path().join("in"), &lines);
+    let old = mapping(tmp.path(), "old.toml", "  { name = \"n\", type = \"int64\" },\n");
+    let new = mapping(
+        tmp.path(),
+        "new.toml",
+        "  { name = \"n\", type = \"decimal(38,2)\" },\n  { name = \"note\", type = \"string\" },\n",
+    );
+    let with = |m: &Path| ["--mapping".to_owned(), m.to_str().unwrap().to_owned()];
+    let [a, b] = with(&old);
+    unwind(&[&export], &out, &[&a, &b, "--on-drift", "fail"], 0);
+    unwind(&[&export], &out, &[&a, &b, "--on-drift", "fail"], 0);
+    assert_eq!(run_report(&out)["drift"], json!({"tables": []}));
+    let before = snapshot(&out);
+    let [a, b] = with(&new);
+    let r = unwind(&[&export], &out, &[&a, &b, "--on-drift", "fail"], 1);
+    for l in ["table `w`:", "  column `n` widened: int64 -> decimal(38,2)", "  column `note` added: string"] {
+        assert!(r.stderr.lines().any(|x| x == l), "no line {l:?} in:\n{}", r.stderr);
+    }
+    assert!(r.stderr.contains("`--on-drift fail` refuses it: nothing was published"), "{}", r.stderr);
+    assert!(snapshot(&out) == before, "the previous output changed");
+    unwind(&[&export], &out, &[&a, &b], 0);
+    let changes = &run_report(&out)["drift"]["tables"][0];
+    assert_eq!(changes["table"], "w", "{changes}");
+    let kinds: Vec<&str> = changes["changes"].as_array().unwrap().iter().filter_map(|c| c["column"].as_str()).collect();
+    assert!(kinds.contains(&"n") && kinds.contains(&"note"), "{changes}");
+}
+
 /// `etl schema diff`: per table on stdout, exit 0 when equal, 1 when different, 2 when an
 /// output cannot be read; a closed stdout is not an error.
 #[test]
@@ -231,6 +279,37 @@ fn schema_diff_prints_per_table_and_exits_like_diff() {
     let closed = run_closing_stdout(etl_command(["schema", "diff", a.to_str().unwrap(), b.to_str().unwrap()]), b"", 0);
     assert_eq!(closed.code, 1, "{}", closed.stderr);
     assert!(!closed.stderr.contains("error"), "{}", closed.stderr);
+}
+
+/// `etl schema diff --format json`: the same facts as the text form, as one JSON object (the
+/// `drift` of `_etl/run.json`), with the same exit statuses; `{"tables": []}` when the same.
+#[test]
+fn schema_diff_as_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let [base, decimal, _, _] = inputs();
+    let mut new = decimal.clone();
+    new.push(line("Y", "y1", &[("at", r#"{"N":"5"}"#)]));
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    unwind(&[&export_of(&tmp.path().join("in-a"), &base)], &a, &[], 0);
+    unwind(&[&export_of(&tmp.path().join("in-b"), &new)], &b, &[], 0);
+    let diff = |x: &Path, y: &Path, format: &str| {
+        etl(["schema", "diff", x.to_str().unwrap(), y.to_str().unwrap(), "--format", format])
+    };
+    let r = diff(&a, &b, "json");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    insta::assert_snapshot!("schema_diff_json", r.stdout);
+    let parsed: Json = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(parsed["tables"].as_array().map(Vec::len), Some(2), "{parsed}");
+    // The run that replaces `a` with `b`'s input lists the same drift in its report.
+    unwind(&[&export_of(&tmp.path().join("in-b2"), &new)], &a, &[], 0);
+    assert_eq!(run_report(&a)["drift"], parsed);
+    let text = diff(&b, &tmp.path().join("a"), "text");
+    assert_eq!((text.code, text.stdout.as_str()), (0, ""), "{}", text.stderr);
+    let same = diff(&a, &b, "json");
+    assert_eq!(same.code, 0, "{}", same.stderr);
+    assert_eq!(serde_json::from_str::<Json>(&same.stdout).unwrap(), json!({"tables": []}));
+    let r = diff(&a, tmp.path(), "json");
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
 }
 
 /// The same on S3 (moto): `--on-drift fail` leaves every object of the previous run, the allowed

@@ -24,31 +24,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use crate::aws::{CHILD_LIMIT, Endpoint, Moto, etl_aws, etl_cmd, moto, py, run_limited, s, s3_get, unique};
+use crate::aws::{
+    CHILD_LIMIT, Endpoint, Moto, etl_aws, etl_cmd, moto, paused_unwind, py, run_limited, s, s3_get, unique,
+};
 use crate::common::*;
 
 // --- Helpers ---------------------------------------------------------------------------------
-
-/// A small random generator (xorshift), seeded from `ETL_FAULT_SEED` or the clock.
-struct Rng(u64);
-
-impl Rng {
-    fn new(test: &str) -> Rng {
-        let seed = std::env::var("ETL_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-        });
-        eprintln!("{test}: ETL_FAULT_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// `etl sample` into `dir`: `users` users in `files` data files.
 fn make_sample(dir: &Path, users: u32, files: u32, seed: u32) {
@@ -77,24 +58,6 @@ fn big_export() -> &'static Path {
         (tmp, p)
     });
     p
-}
-
-/// Every file under `dir` (relative path -> MD5 of its bytes).
-fn tree(dir: &Path) -> BTreeMap<String, String> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
-        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.insert(rel, md5_b64(&std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
 }
 
 /// The tree without `_etl/run.json` (which records times): equal for two runs of one input.
@@ -705,7 +668,8 @@ fn counts(m: &Moto, out: &str) -> String {
     etl_aws(m, &["sql", "--data", out, COUNTS, "--format", "csv"], 0).stdout
 }
 
-/// Objects of runs that are not the committed one nor the one it replaced.
+/// Objects of runs that are not the committed one nor the one it replaced (the exports kept in
+/// `_etl/base/` belong to no run).
 fn stale_objects(m: &Moto, bucket: &str, prefix: &str) -> Vec<String> {
     let report: Json = serde_json::from_slice(&s3_get(m, bucket, &format!("{prefix}_etl/run.json"))).unwrap();
     let keep: Vec<&str> =
@@ -713,7 +677,7 @@ fn stale_objects(m: &Moto, bucket: &str, prefix: &str) -> Vec<String> {
     let keys: Vec<(String, u64)> = serde_json::from_str(&py(m, "s3.py", &["list", bucket, prefix, "--json"])).unwrap();
     keys.into_iter()
         .map(|(k, _)| k)
-        .filter(|k| !k.ends_with("_etl/run.json") && !k.contains("_etl/schema/"))
+        .filter(|k| !k.ends_with("_etl/run.json") && !k.contains("_etl/schema/") && !k.contains("_etl/base/"))
         .filter(|k| !keep.iter().any(|id| k.contains(id)))
         .collect()
 }
@@ -833,19 +797,7 @@ fn s3_two_runs_on_one_output() {
 
     // Ordered: A pauses after its uploads; B runs start to end; A then tries to commit.
     let go = tmp.path().join("go");
-    let env = [("ETL_TEST_PAUSE_AT", "s3-uploaded"), ("ETL_TEST_PAUSE_FILE", s(&go))];
-    let a = etl_cmd(m, &["unwind", "-q", s(&sample_export()), "--out", &c.out_url], Endpoint::Env, &env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reached = go.with_file_name("go.reached");
-    let start = Instant::now();
-    while !reached.exists() {
-        assert!(start.elapsed() < CHILD_LIMIT, "run A never finished its uploads");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let a = paused_unwind(m, s(&sample_export()), &c.out_url, "s3-uploaded", &go);
     etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url], 0);
     let winner = s3_whole(m, &c.bucket, "o/");
     std::fs::write(&go, "").unwrap();

@@ -6,8 +6,11 @@
 //! independent check); the chain's output equals etl's unwind of `final/` row by row (same code on
 //! both sides, so it checks the chain against the full-export path only); and the run report's
 //! counts equal the generator's `changes.json`. Also: both views, gaps refused and allowed,
-//! overlaps harmless, inserts deleted inside a window absent, Ion and JSON chains byte-identical,
-//! and `amazon.ion` reading an Ion incremental data file as the JSON one.
+//! overlaps applied but warned about (they are not harmless: an item written inside an overlap
+//! and deleted later in the later window is kept by the chain; the generator never writes that
+//! case, so its chains with overlaps still give the final state), inserts deleted inside a window
+//! absent, Ion and JSON chains byte-identical, and `amazon.ion` reading an Ion incremental data
+//! file as the JSON one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -203,6 +206,58 @@ fn a_gap_is_refused_and_allowed_on_request() {
     // Nothing was written during the gap, so with it allowed the chain is still the final state.
     unwind(&[&dir], &out, &["--allow-gap"], 0);
     assert_eq!(run_report(&out)["chain"]["gaps"][0]["seconds"], 300.0);
+    let ref_out = tmp.path().join("ref");
+    unwind(&[&final_export(&changes)], &ref_out, &[], 0);
+    assert_eq!(table_rows(&out), table_rows(&ref_out));
+}
+
+/// Overlapping windows are applied, and each overlap is warned about on stderr and in the run
+/// report's `warnings`, naming both exports and its length as the manifests' times give it.
+#[test]
+fn overlapping_windows_are_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let changes = sample(&dir, "12", "3", &["--overlap", "120"]);
+    let summary = |id: &str| -> Json {
+        serde_json::from_slice(&std::fs::read(dir.join("AWSDynamoDB").join(id).join("manifest-summary.json")).unwrap())
+            .unwrap()
+    };
+    let time = |v: &Json| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap()).unwrap();
+    let (full, incs) = crate::apply_s3::chain_ids(&dir);
+    let mut covered = (time(&summary(&full)["exportTime"]), full.clone());
+    let mut want = Vec::new();
+    for id in &incs {
+        let s = summary(id);
+        let (from, to) = (time(&s["exportFromTime"]), time(&s["exportToTime"]));
+        if from < covered.0 {
+            let seconds = (covered.0 - from).num_microseconds().unwrap() as f64 / 1e6;
+            let starts = s["exportFromTime"].as_str().unwrap();
+            want.push(format!(
+                "`{id}` starts at {starts}, {seconds:.3} s before the end of what `{}` covers",
+                covered.1
+            ));
+        }
+        if to > covered.0 {
+            covered = (to, id.clone());
+        }
+    }
+    assert!(want.len() >= 2, "three windows overlapping by 120 s: {want:?}");
+    assert!(want.iter().filter(|w| w.contains(" 120.000 s ")).count() >= 2, "{want:?}");
+    let out = tmp.path().join("out");
+    let run = unwind(&[&dir], &out, &[], 0);
+    let warnings: Vec<String> = run_report(&out)["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_owned())
+        .filter(|w| w.contains("overlapping windows"))
+        .collect();
+    assert_eq!(warnings.len(), want.len(), "{warnings:#?}");
+    for w in &want {
+        assert!(run.stderr.contains(w.as_str()), "{w}: {}", run.stderr);
+        assert!(warnings.iter().any(|x| x.contains(w.as_str()) && x.contains("the chain keeps an item")), "{w}");
+    }
+    // The generator writes no item that an overlap would keep: the chain is still the final state.
     let ref_out = tmp.path().join("ref");
     unwind(&[&final_export(&changes)], &ref_out, &[], 0);
     assert_eq!(table_rows(&out), table_rows(&ref_out));

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)]
 
 mod apply;
+mod apply_s3;
 mod aws;
 mod chain;
 mod common;

@@ -293,3 +293,44 @@ fn broken_mappings_stop_the_run_with_every_problem() {
     assert!(r.stderr.contains("many_problems.toml:3:12"), "{}", r.stderr);
     assert!(!out.exists(), "nothing was written");
 }
+
+/// `mapping infer` and `mapping check` on a chain folder (a full export and incremental exports,
+/// as `etl sample --incrementals` writes them) read the full export's items and the new image of
+/// every change record, the items a chain run writes; deletes carry no item. None of it is an
+/// invalid line.
+#[test]
+fn mapping_infer_and_check_read_a_chains_new_images_as_items() {
+    use std::io::{BufRead as _, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let chain = tmp.path().join("chain");
+    let c = chain.to_str().unwrap();
+    let r = etl(["sample", "--out", c, "--users", "30", "--files", "2", "--seed", "7", "--incrementals", "2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut items = 0u64;
+    let mut deletes = 0u64;
+    for file in
+        files_under(&chain.join("AWSDynamoDB")).into_iter().filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+    {
+        let lines = BufReader::new(flate2::read::MultiGzDecoder::new(std::fs::File::open(&file).unwrap())).lines();
+        for line in lines {
+            let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if v.get("Item").is_some() || v.get("NewImage").is_some() {
+                items += 1;
+            } else {
+                assert!(v.get("Keys").is_some(), "{v}");
+                deletes += 1;
+            }
+        }
+    }
+    assert!(deletes > 0, "the chain should hold deletes");
+    // A draft inferred from the chain fits every item of it, change images included.
+    let r = etl(["mapping", "infer", c]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains(&format!("on {items} of {items} items")), "{}", r.stdout);
+    let draft = tmp.path().join("draft.toml");
+    std::fs::write(&draft, &r.stdout).unwrap();
+    let r = etl(["mapping", "check", "--mapping", draft.to_str().unwrap(), c]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("not valid items"), "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("\n{items} items checked: every item fits the mapping")), "{}", r.stdout);
+}

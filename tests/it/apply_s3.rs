@@ -1,0 +1,233 @@
+//! Incremental exports applied onto an `s3://` output (moto), one at a time: the full export
+//! unwound into `--out s3://…` keeps it under `_etl/base/` byte for byte; each incremental export
+//! (from `s3://`, or a local copy) applied onto it gives the same tables, byte for byte and as
+//! `etl sql --data s3://…` reads them, as the whole chain unwound locally in one run. A re-apply is
+//! a no-op, an older export is refused, and of two applies that both start from one output, the
+//! one that commits second fails (exit 1) and changes nothing readers see.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value as Json;
+
+use crate::aws::{Moto, etl_aws, moto, paused_unwind, py, s, s3_get, s3_keys, s3_report, unique};
+use crate::common::*;
+
+/// The exports of a generated chain in `dir`: the full export's id, then the incremental ones' in
+/// window order.
+pub(crate) fn chain_ids(dir: &Path) -> (String, Vec<String>) {
+    let mut full = None;
+    let mut incs = Vec::new();
+    for e in std::fs::read_dir(dir.join("AWSDynamoDB")).unwrap() {
+        let p = e.unwrap().path();
+        let Ok(text) = std::fs::read(p.join("manifest-summary.json")) else { continue };
+        let summary: Json = serde_json::from_slice(&text).unwrap();
+        let id = p.file_name().unwrap().to_string_lossy().into_owned();
+        match summary["exportType"].as_str() {
+            Some("INCREMENTAL_EXPORT") => incs.push((summary["exportFromTime"].to_string(), id)),
+            _ => full = Some(id),
+        }
+    }
+    incs.sort();
+    (full.expect("a full export"), incs.into_iter().map(|(_, id)| id).collect())
+}
+
+/// The bytes of every table file `report` lists, per table, in order (object-store outputs name
+/// files by run, local ones do not: the table and the order are what compare).
+fn s3_table_bytes(m: &Moto, bucket: &str, prefix: &str, report: &Json) -> BTreeMap<String, Vec<Vec<u8>>> {
+    report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let files = t["files"].as_array().unwrap();
+            let bytes = files.iter().map(|f| s3_get(m, bucket, &format!("{prefix}{}", f["path"].as_str().unwrap())));
+            (t["name"].as_str().unwrap().to_owned(), bytes.collect())
+        })
+        .collect()
+}
+
+fn local_table_bytes(out: &Path) -> BTreeMap<String, Vec<Vec<u8>>> {
+    let report = run_report(out);
+    report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let files = t["files"].as_array().unwrap();
+            let bytes = files.iter().map(|f| std::fs::read(out.join(f["path"].as_str().unwrap())).unwrap());
+            (t["name"].as_str().unwrap().to_owned(), bytes.collect())
+        })
+        .collect()
+}
+
+/// Every row of every table as `etl sql --data DATA` prints it (one JSON object a line), sorted.
+fn sql_rows(m: &Moto, data: &str, tables: &[String]) -> BTreeMap<String, Vec<String>> {
+    tables
+        .iter()
+        .map(|t| {
+            let r = etl_aws(m, &["sql", "--data", data, "--format", "ndjson", &format!("SELECT * FROM \"{t}\"")], 0);
+            let mut rows: Vec<String> = r.stdout.lines().map(str::to_owned).collect();
+            rows.sort();
+            (t.clone(), rows)
+        })
+        .collect()
+}
+
+/// `etl sample --incrementals 2` uploaded to moto as AWS writes it: the local chain, its bucket,
+/// the exports' ids, and the whole chain unwound locally in one run (the reference).
+struct Case {
+    _tmp: tempfile::TempDir,
+    local: PathBuf,
+    bucket: String,
+    full: String,
+    incs: Vec<String>,
+    reference: PathBuf,
+}
+
+impl Case {
+    fn new(m: &Moto, tag: &str) -> Case {
+        let tmp = tempfile::tempdir().unwrap();
+        let local = tmp.path().join("chain");
+        let args = ["sample", "--out", s(&local), "--no-final", "--users", "60", "--files", "3", "--seed", "7"];
+        let r = etl(args.iter().chain(&["--incrementals", "2", "--change-percent", "20"]));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let (full, incs) = chain_ids(&local);
+        assert_eq!(incs.len(), 2);
+        let bucket = unique(tag);
+        py(m, "upload.py", &[s(&local), &bucket, "exports/shop", "--as-export"]);
+        let reference = tmp.path().join("one-run");
+        unwind(&[&local], &reference, &[], 0);
+        Case { _tmp: tmp, local, bucket, full, incs, reference }
+    }
+
+    fn export_url(&self, id: &str) -> String {
+        format!("s3://{}/exports/shop/AWSDynamoDB/{id}/", self.bucket)
+    }
+
+    fn out_url(&self, prefix: &str) -> String {
+        format!("s3://{}/{prefix}", self.bucket)
+    }
+}
+
+#[test]
+fn incremental_exports_applied_onto_an_s3_output_one_at_a_time() {
+    let Some(m) = moto() else { return };
+    let c = Case::new(m, "apply");
+    let out = c.out_url("out/");
+
+    // The full export: its files kept under `_etl/base/`, byte for byte as the source has them.
+    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out], 0);
+    let source = s3_keys(m, &c.bucket, &format!("exports/shop/AWSDynamoDB/{}/", c.full));
+    assert!(source.iter().any(|k| k.contains("/data/")), "{source:?}");
+    for k in &source {
+        let kept = k.replacen("exports/shop/", "out/_etl/base/", 1);
+        assert!(s3_get(m, &c.bucket, &kept) == s3_get(m, &c.bucket, k), "`{kept}` is not `{k}` byte for byte");
+    }
+
+    // Incremental export 1 from `s3://`, then 2 from its local copy.
+    etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out], 0);
+    let inc2 = c.local.join("AWSDynamoDB").join(&c.incs[1]);
+    etl_aws(m, &["unwind", s(&inc2), "--out", &out], 0);
+    let report = s3_report(m, &c.bucket, "out/");
+    assert_eq!(report["chain"]["previous_export"], c.incs[0].as_str(), "{}", report["chain"]);
+    let applied: Vec<&str> =
+        report["state"]["applied"].as_array().unwrap().iter().map(|a| a["export_id"].as_str().unwrap()).collect();
+    assert_eq!(applied, [c.full.as_str(), c.incs[0].as_str(), c.incs[1].as_str()]);
+    let state: Json = serde_json::from_slice(&s3_get(m, &c.bucket, "out/_etl/state.json")).unwrap();
+    assert_eq!(state, report["state"], "`_etl/state.json` is the committed state's copy");
+
+    // The same tables as the whole chain in one local run: byte for byte, and as `etl sql` reads them.
+    assert_eq!(s3_table_bytes(m, &c.bucket, "out/", &report), local_table_bytes(&c.reference));
+    let tables: Vec<String> = local_table_bytes(&c.reference).into_keys().collect();
+    assert!(tables.len() > 2, "{tables:?}");
+    let want = sql_rows(m, s(&c.reference), &tables);
+    assert!(want.values().any(|rows| rows.len() > 10), "{want:?}");
+    assert_eq!(sql_rows(m, &out, &tables), want);
+
+    // Again: a no-op that rewrites nothing; an export older than the last one applied: refused.
+    let keys = s3_keys(m, &c.bucket, "out/");
+    let head = s3_get(m, &c.bucket, "out/_etl/run.json");
+    let r = etl_aws(m, &["unwind", s(&inc2), "--out", &out], 0);
+    assert!(r.stderr.contains("nothing to apply"), "{}", r.stderr);
+    let r = etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out], 1);
+    assert!(r.stderr.contains("would undo newer changes"), "{}", r.stderr);
+    assert_eq!((s3_keys(m, &c.bucket, "out/"), s3_get(m, &c.bucket, "out/_etl/run.json")), (keys, head));
+}
+
+/// An `s3://` output made without `_etl/base/` (by an older etl) is refused with the hint.
+#[test]
+fn an_s3_output_without_a_base_is_refused() {
+    let Some(m) = moto() else { return };
+    let c = Case::new(m, "nobase");
+    let out = c.out_url("out/");
+    // An output made from one bare data file: no export to keep.
+    let listed =
+        std::fs::read_to_string(c.local.join("AWSDynamoDB").join(&c.full).join("manifest-files.json")).unwrap();
+    let entry = listed.lines().map(|l| serde_json::from_str::<Json>(l).unwrap()).find(|f| f["itemCount"] != 0).unwrap();
+    let data = c.local.join(entry["dataFileS3Key"].as_str().unwrap());
+    etl_aws(m, &["unwind", s(&data), "--out", &out], 0);
+    let r = etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out], 2);
+    assert!(r.stderr.contains("holds no `_etl/base/`"), "{}", r.stderr);
+    assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+}
+
+/// Two applies of the same export start from one output; the second to commit loses even though
+/// it opened the output before the first committed (its commit is conditional on the head it
+/// read then), fails with exit 1, and leaves the winner's output as it was.
+#[test]
+fn two_applies_onto_one_s3_output_one_commits() {
+    let Some(m) = moto() else { return };
+    let c = Case::new(m, "apply-race");
+    let out = c.out_url("race/");
+    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out], 0);
+    etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out], 0);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let go = tmp.path().join("go");
+    let inc2 = c.export_url(&c.incs[1]);
+    let a = paused_unwind(m, &inc2, &out, "s3-opened", &go);
+    etl_aws(m, &["unwind", "-q", &inc2, "--out", &out], 0);
+    let winner = (s3_keys(m, &c.bucket, "race/"), s3_get(m, &c.bucket, "race/_etl/run.json"));
+    std::fs::write(&go, "").unwrap();
+    let output = a.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("was published by another run"), "{stderr}");
+    assert_eq!((s3_keys(m, &c.bucket, "race/"), s3_get(m, &c.bucket, "race/_etl/run.json")), winner);
+    let report = s3_report(m, &c.bucket, "race/");
+    assert_eq!(s3_table_bytes(m, &c.bucket, "race/", &report), local_table_bytes(&c.reference));
+}
+
+/// Exports in another bucket than the output's are streamed into its `_etl/base/` (no
+/// server-side copy across buckets), byte for byte, and applied as from the output's own bucket.
+#[test]
+fn exports_in_another_bucket_are_kept_and_applied() {
+    let Some(m) = moto() else { return };
+    let c = Case::new(m, "apply-src");
+    let other = unique("apply-dst");
+    py(m, "s3.py", &["mb", &other]);
+    let out = format!("s3://{other}/out/");
+    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out], 0);
+    for inc in &c.incs {
+        etl_aws(m, &["unwind", &c.export_url(inc), "--out", &out], 0);
+    }
+    for id in [&c.full, &c.incs[1]] {
+        // The export's folder, and its data files wherever its manifest puts them (an incremental
+        // export's in the shared `AWSDynamoDB/data/`).
+        let folder = format!("exports/shop/AWSDynamoDB/{id}/");
+        let mut source = s3_keys(m, &c.bucket, &folder);
+        let listed = s3_get(m, &c.bucket, &format!("{folder}manifest-files.json"));
+        for l in String::from_utf8(listed).unwrap().lines() {
+            source.insert(serde_json::from_str::<Json>(l).unwrap()["dataFileS3Key"].as_str().unwrap().to_owned());
+        }
+        assert!(source.iter().any(|k| k.ends_with(".gz") && !k.starts_with(&folder)) || id == &c.full, "{source:?}");
+        for k in &source {
+            let kept = k.replacen("exports/shop/", "out/_etl/base/", 1);
+            assert!(s3_get(m, &other, &kept) == s3_get(m, &c.bucket, k), "`{kept}` is not `{k}` byte for byte");
+        }
+    }
+    let report = s3_report(m, &other, "out/");
+    assert_eq!(report["state"]["applied"].as_array().map(Vec::len), Some(3), "{}", report["state"]);
+    assert_eq!(s3_table_bytes(m, &other, "out/", &report), local_table_bytes(&c.reference));
+}
