@@ -47,9 +47,9 @@ pub enum DeltaError {
     #[error("table `{table}` has no Delta schema: {source}")]
     Schema { table: String, source: ArrowError },
     #[error("committing Delta table `{table}` at `{path}`: {source}")]
-    Commit { table: String, path: String, source: DeltaTableError },
+    Commit { table: String, path: String, source: Box<DeltaTableError> },
     #[error("opening Delta table `{table}` at `{path}` (version {version}): {source}")]
-    Open { table: String, path: String, version: u64, source: DeltaTableError },
+    Open { table: String, path: String, version: u64, source: Box<DeltaTableError> },
 }
 
 impl DeltaError {
@@ -220,7 +220,7 @@ fn written_schema(path: &Path, table: &str) -> Result<Schema, SinkError> {
 fn commit_table(dir: &Path, table: &str, columns: StructType, adds: Vec<Action>) -> Result<u64, SinkError> {
     let path = dir.display().to_string();
     let fail = |source: DeltaTableError| {
-        SinkError::from(DeltaError::Commit { table: table.to_owned(), path: path.clone(), source })
+        SinkError::from(DeltaError::Commit { table: table.to_owned(), path: path.clone(), source: Box::new(source) })
     };
     let builder = CreateBuilder::new()
         .with_location(path.clone())

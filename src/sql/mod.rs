@@ -401,7 +401,12 @@ async fn delta_provider(
 ) -> Result<(Arc<dyn datafusion::datasource::TableProvider>, Vec<String>), SqlError> {
     use crate::sink::delta::DeltaError;
     let open = |source: deltalake::DeltaTableError| {
-        SqlError::Delta(DeltaError::Open { table: name.to_owned(), path: dir.display().to_string(), version, source })
+        SqlError::Delta(DeltaError::Open {
+            table: name.to_owned(),
+            path: dir.display().to_string(),
+            version,
+            source: Box::new(source),
+        })
     };
     let abs = std::fs::canonicalize(dir).map_err(|source| SqlError::Io {
         action: "open",
