@@ -155,11 +155,74 @@ static STRING_STOP: [bool; 256] = {
     t
 };
 
+/// The index of the first byte at or after `i` that ends a string's fast path (see
+/// [`STRING_STOP`]), or `b.len()`. Reads eight bytes at a time: for each word, the classic
+/// "has a zero byte" and "has a byte below n" bit tricks flag the quote, the backslash and the
+/// control characters. Both tricks are exact for the lowest flagged byte (a false flag can only
+/// sit above a true one, where a borrow ran into it), so the first stop byte is found exactly;
+/// `string_run_end_matches_the_table` checks it against the byte-at-a-time loop.
+#[inline]
+fn string_run_end(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const QUOTE: u64 = ONES * b'"' as u64;
+    const BACKSLASH: u64 = ONES * b'\\' as u64;
+    while let Some(word) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let w = u64::from_le_bytes(*word);
+        let q = w ^ QUOTE;
+        let s = w ^ BACKSLASH;
+        let hit =
+            ((q.wrapping_sub(ONES) & !q) | (s.wrapping_sub(ONES) & !s) | (w.wrapping_sub(ONES * 0x20) & !w)) & HIGH;
+        if hit != 0 {
+            return i + (hit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < b.len() && !STRING_STOP[b[i] as usize] {
+        i += 1;
+    }
+    i
+}
+
+/// A type key written without escapes (`"S"`, `"NS"`, `"BOOL"`, ...) at the start of `b`: its
+/// tag and its length with the quotes. Anything else, an escaped or unknown key included, is
+/// `None` and takes [`Parser::string`]'s general path, which reads these same bytes to the same
+/// key (`plain_type_key_agrees_with_string` checks it).
+#[inline]
+fn plain_type_key(b: &[u8]) -> Option<(TypeTag, usize)> {
+    Some(match b {
+        [b'"', c, b'"', ..] => {
+            let tag = match c {
+                b'S' => TypeTag::S,
+                b'N' => TypeTag::N,
+                b'M' => TypeTag::M,
+                b'L' => TypeTag::L,
+                b'B' => TypeTag::B,
+                _ => return None,
+            };
+            (tag, 3)
+        }
+        [b'"', c, b'S', b'"', ..] => {
+            let tag = match c {
+                b'S' => TypeTag::SS,
+                b'N' => TypeTag::NS,
+                b'B' => TypeTag::BS,
+                _ => return None,
+            };
+            (tag, 4)
+        }
+        [b'"', b'B', b'O', b'O', b'L', b'"', ..] => (TypeTag::Bool, 6),
+        [b'"', b'N', b'U', b'L', b'L', b'"', ..] => (TypeTag::Null, 6),
+        _ => return None,
+    })
+}
+
 impl<'a> Parser<'a> {
     pub(crate) fn new(src: &'a str) -> Self {
         Parser { src, b: src.as_bytes(), pos: 0, path: Vec::new() }
     }
 
+    #[inline]
     pub(crate) fn peek(&self) -> Option<u8> {
         self.b.get(self.pos).copied()
     }
@@ -168,6 +231,7 @@ impl<'a> Parser<'a> {
         self.pos >= self.b.len()
     }
 
+    #[inline]
     pub(crate) fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
             self.pos += 1;
@@ -192,6 +256,8 @@ impl<'a> Parser<'a> {
         s
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn fail(&self, reason: DecodeReason, message: impl AsRef<str>) -> DecodeError {
         let attribute = self.path_string();
         let message = if attribute.is_empty() {
@@ -202,6 +268,8 @@ impl<'a> Parser<'a> {
         DecodeError::new(reason, attribute, self.pos, message)
     }
 
+    #[cold]
+    #[inline(never)]
     fn syntax(&self, what: &str) -> DecodeError {
         if self.at_end() {
             self.fail(DecodeReason::InvalidJson, format!("unexpected end of input, expected {what}"))
@@ -211,6 +279,7 @@ impl<'a> Parser<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn expect(&mut self, c: u8) -> Result<(), DecodeError> {
         if self.peek() == Some(c) {
             self.pos += 1;
@@ -220,22 +289,26 @@ impl<'a> Parser<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn string(&mut self) -> Result<Cow<'a, str>, DecodeError> {
         if self.peek() != Some(b'"') {
             return Err(self.syntax("a string"));
         }
         self.pos += 1;
         let start = self.pos;
-        let b = self.b;
-        let mut i = start;
-        while i < b.len() && !STRING_STOP[b[i] as usize] {
-            i += 1;
-        }
-        if i < b.len() && b[i] == b'"' {
+        let i = string_run_end(self.b, start);
+        if self.b.get(i) == Some(&b'"') {
             self.pos = i + 1;
             return Ok(Cow::Borrowed(&self.src[start..i]));
         }
-        // Slow path: escapes.
+        self.escaped_string(start, i)
+    }
+
+    /// The rest of a string whose first stop byte, at `i`, is not its closing quote: escapes
+    /// are decoded into an owned copy; a control character or the end of input is an error.
+    #[inline(never)]
+    fn escaped_string(&mut self, start: usize, i: usize) -> Result<Cow<'a, str>, DecodeError> {
+        let b = self.b;
         let mut out = String::with_capacity(i - start + 16);
         out.push_str(&self.src[start..i]);
         self.pos = i;
@@ -276,9 +349,7 @@ impl<'a> Parser<'a> {
                 0..=0x1f => return Err(self.fail(DecodeReason::InvalidJson, "control character in string")),
                 _ => {
                     let run_start = self.pos;
-                    while self.pos < b.len() && !STRING_STOP[b[self.pos] as usize] {
-                        self.pos += 1;
-                    }
+                    self.pos = string_run_end(b, run_start);
                     out.push_str(&self.src[run_start..self.pos]);
                 }
             }
@@ -427,7 +498,7 @@ impl<'a> Parser<'a> {
             let reason = if label == "Keys" { DecodeReason::NoKeys } else { DecodeReason::EmptyItem };
             return Err(self.fail(reason, format!("`{label}` has no attributes")));
         }
-        let size = item_size(&item);
+        let size = size_beyond_text(&item, self.pos - start);
         if size > MAX_ITEM_SIZE {
             self.pos = start;
             return Err(self.fail(
@@ -448,7 +519,7 @@ impl<'a> Parser<'a> {
             self.pos = start;
             return Err(self.fail(DecodeReason::EmptyItem, "item has no attributes"));
         }
-        let size = item_size(&item);
+        let size = size_beyond_text(&item, self.pos - start);
         if size > MAX_ITEM_SIZE {
             self.pos = start;
             return Err(self.fail(
@@ -524,13 +595,22 @@ impl<'a> Parser<'a> {
             return Err(self.fail(DecodeReason::NoTypeKey, "attribute value `{}` has no type key"));
         }
         let key_at = self.pos;
-        let key = self.string()?;
-        let Some(tag) = TypeTag::from_key(&key) else {
-            self.pos = key_at;
-            return Err(self.fail(
-                DecodeReason::UnknownTypeKey,
-                format!("unknown type key `{key}`; expected one of S, N, B, BOOL, NULL, SS, NS, BS, L, M"),
-            ));
+        let tag = match plain_type_key(&self.b[key_at..]) {
+            Some((tag, len)) => {
+                self.pos += len;
+                tag
+            }
+            None => {
+                let key = self.string()?;
+                let Some(tag) = TypeTag::from_key(&key) else {
+                    self.pos = key_at;
+                    return Err(self.fail(
+                        DecodeReason::UnknownTypeKey,
+                        format!("unknown type key `{key}`; expected one of S, N, B, BOOL, NULL, SS, NS, BS, L, M"),
+                    ));
+                };
+                tag
+            }
         };
         self.ws();
         self.expect(b':')?;
@@ -548,7 +628,7 @@ impl<'a> Parser<'a> {
                 let second = self.string().map(|s| s.into_owned()).unwrap_or_else(|_| "?".to_owned());
                 Err(self.fail(
                     DecodeReason::TwoTypeKeys,
-                    format!("attribute value has two type keys, `{key}` and `{second}`"),
+                    format!("attribute value has two type keys, `{tag}` and `{second}`"),
                 ))
             }
             _ => Err(self.syntax("`}`")),
@@ -850,6 +930,19 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// The item's size as DynamoDB counts it when that could exceed [`MAX_ITEM_SIZE`], else 0.
+///
+/// The size is never more than the length of the item's JSON text, so text within the limit
+/// needs no walk over the item: every string, name and binary value is no longer than its quoted
+/// or base64 text, a number has no more significant digits than its text has digits (and counts
+/// half of them plus one), a `BOOL` or `NULL` value counts 1 for its four or five letters, and
+/// a list or map counts 3 plus 1 per element where its text has at least `{"L":[]}` plus a comma
+/// or a name per element.
+/// `item_size_never_exceeds_the_text` checks the bound on generated items.
+fn size_beyond_text(item: &Item<'_>, text_len: usize) -> usize {
+    if text_len <= MAX_ITEM_SIZE { 0 } else { item_size(item) }
+}
+
 fn has_duplicate<T: PartialEq + std::hash::Hash + Eq>(items: &[T]) -> bool {
     if items.len() <= 16 {
         items.iter().enumerate().any(|(i, a)| items[..i].contains(a))
@@ -1024,6 +1117,20 @@ mod tests {
     }
 
     #[test]
+    fn plain_type_keys_are_the_ten_keys() {
+        for tag in TypeTag::ALL {
+            let text = format!("\"{}\":", tag.key());
+            assert_eq!(plain_type_key(text.as_bytes()), Some((tag, tag.key().len() + 2)), "{text}");
+        }
+        for text in [r#""s":"#, r#""\u0053":"#, r#""SN":"#, r#""BOOLS":"#, r#""S"#, r#""""#, ""] {
+            assert_eq!(plain_type_key(text.as_bytes()), None, "{text}");
+        }
+        // An escaped type key still decodes, by the general path.
+        let item = put(r#"{"Item":{"a":{"\u0053":"x"}}}"#);
+        assert_eq!(item[0].1, Value::S(Cow::Borrowed("x")));
+    }
+
+    #[test]
     fn json_string_escaping_round_trips() {
         let s = "a\"b\\c\nd\u{1}é";
         let mut out = String::new();
@@ -1056,8 +1163,116 @@ mod no_panic {
             let line = crate::decode::testutil::mutate(SEED, &edits);
             if let Ok(crate::decode::Record::Put(item)) = super::decode_export_line(&line) {
                 prop_assert!(crate::decode::testutil::reencodes_equal(&item), "{line}");
+                // The bound that lets the parser skip measuring items.
+                prop_assert!(crate::decode::item_size(&item) <= line.len(), "{line}");
             }
             let _ = crate::decode::scan::parse_scan_output(&format!("{{\"Items\":[{line}]}}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod fast_paths {
+    //! Each fast path of the parser gives what the general code it short-cuts gives.
+    use std::borrow::Cow;
+
+    use proptest::prelude::*;
+
+    use super::{Parser, STRING_STOP, decode_item_object, plain_type_key, string_run_end, write_json_string};
+    use crate::decode::{TypeTag, item_size};
+
+    /// Bytes rich in the ones that stop a string: quotes, backslashes, control characters,
+    /// bytes of multi-byte characters.
+    fn stringy_bytes() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop_oneof![
+                4 => b'a'..=b'z',
+                1 => Just(b'"'),
+                1 => Just(b'\\'),
+                1 => 0u8..0x20,
+                1 => 0x20u8..=0x7f,
+                1 => 0x80u8..=0xff,
+            ],
+            0..40,
+        )
+    }
+
+    /// DynamoDB JSON of one attribute value, nested up to three levels, with escapes, exponents
+    /// and binary; some are invalid (out-of-range numbers, duplicate set members) and are skipped.
+    fn value_text() -> impl Strategy<Value = String> {
+        let string = r#"[a-z"\\\n\x01é✓😀 ]{0,10}"#.prop_map(|s| {
+            let mut out = String::new();
+            write_json_string(&mut out, &s);
+            out
+        });
+        let scalar = prop_oneof![
+            string.clone().prop_map(|s| format!(r#"{{"S":{s}}}"#)),
+            Just(r#"{"S":"\u00e9\ud83d\ude00\/"}"#.to_owned()),
+            "-?[0-9]{1,6}(\\.[0-9]{1,6})?([eE][-+]?[0-9]{1,2})?".prop_map(|n| format!(r#"{{"N":"{n}"}}"#)),
+            proptest::collection::vec(any::<u8>(), 0..12).prop_map(|b| {
+                use base64::Engine as _;
+                format!(r#"{{"B":"{}"}}"#, base64::engine::general_purpose::STANDARD.encode(b))
+            }),
+            any::<bool>().prop_map(|b| format!(r#"{{"BOOL":{b}}}"#)),
+            Just(r#"{"NULL":true}"#.to_owned()),
+            proptest::collection::vec(string, 1..4).prop_map(|v| format!(r#"{{"SS":[{}]}}"#, v.join(","))),
+            proptest::collection::vec("[0-9]{1,3}", 1..4).prop_map(|v| format!(
+                r#"{{"NS":[{}]}}"#,
+                v.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(",")
+            )),
+        ];
+        scalar.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(|v| format!(r#"{{"L":[{}]}}"#, v.join(","))),
+                proptest::collection::btree_map("[a-c]", inner, 0..3).prop_map(|m| {
+                    let fields: Vec<String> = m.iter().map(|(k, v)| format!(r#""{k}":{v}"#)).collect();
+                    format!(r#"{{"M":{{{}}}}}"#, fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn string_run_end_matches_the_table(b in stringy_bytes(), start in 0usize..48) {
+            let start = start.min(b.len());
+            let mut slow = start;
+            while slow < b.len() && !STRING_STOP[b[slow] as usize] {
+                slow += 1;
+            }
+            prop_assert_eq!(string_run_end(&b, start), slow);
+        }
+
+        #[test]
+        fn plain_type_key_agrees_with_string(key in r#"[SNBMLOU"\\]{0,5}"#, rest in r#"[:"a]{0,2}"#) {
+            let text = format!("\"{key}{rest}");
+            if let Some((tag, len)) = plain_type_key(text.as_bytes()) {
+                let mut p = Parser::new(&text);
+                let read = p.string();
+                prop_assert!(matches!(read, Ok(Cow::Borrowed(_))), "{text}");
+                let read = read.map(|k| TypeTag::from_key(&k)).ok().flatten();
+                prop_assert_eq!(read, Some(tag), "{}", text);
+                prop_assert_eq!(p.pos, len, "{}", text);
+            }
+        }
+
+        #[test]
+        fn item_size_never_exceeds_the_text(attrs in proptest::collection::btree_map("[a-z\"é]{1,4}", value_text(), 1..6)) {
+            let fields: Vec<String> = attrs
+                .iter()
+                .map(|(k, v)| {
+                    let mut name = String::new();
+                    write_json_string(&mut name, k);
+                    format!("{name}:{v}")
+                })
+                .collect();
+            let text = format!("{{{}}}", fields.join(","));
+            if let Ok(item) = decode_item_object(&text) {
+                let size = item_size(&item);
+                prop_assert!(size <= text.len(), "{text} counts {size}");
+            }
         }
     }
 }

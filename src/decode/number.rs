@@ -44,17 +44,15 @@ pub struct NumberStats {
 impl<'a> Number<'a> {
     /// Validates `raw` and brings it into canonical form, borrowing when it already is.
     pub fn parse(raw: &'a str) -> Result<Self, NumberError> {
-        if is_canonical(raw) {
-            let sig = significant_digits_of_canonical(raw);
+        if let Some((sig, lead)) = canonical_facts(raw) {
             if sig > MAX_DIGITS {
                 return Err(NumberError::TooPrecise { digits: sig });
             }
-            let num = Number { text: Cow::Borrowed(raw) };
-            let lead = num.lead_exp();
-            if raw != "0" && !(MIN_LEAD_EXP..=MAX_LEAD_EXP).contains(&lead) {
+            // `0` has lead 0, within range.
+            if !(MIN_LEAD_EXP..=MAX_LEAD_EXP).contains(&lead) {
                 return Err(NumberError::OutOfRange);
             }
-            return Ok(num);
+            return Ok(Number { text: Cow::Borrowed(raw) });
         }
         canonicalize(raw).map(|text| Number { text: Cow::Owned(text) })
     }
@@ -85,6 +83,7 @@ impl<'a> Number<'a> {
     }
 
     /// Exponent of the leading significant digit (`123.4` is 2, `0.05` is -2, `0` is 0).
+    #[cfg(test)]
     fn lead_exp(&self) -> i64 {
         let t = self.text.trim_start_matches('-');
         match t.find('.') {
@@ -99,16 +98,17 @@ impl<'a> Number<'a> {
     }
 
     pub fn stats(&self) -> NumberStats {
-        let t = self.text.trim_start_matches('-');
-        match t.find('.') {
+        let t = self.unsigned();
+        match dot_at(t) {
             None => NumberStats {
                 int_digits: t.len() as u32,
                 scale: 0,
-                fits_i64: t.len() <= 19 && self.text.parse::<i64>().is_ok(),
+                // Eighteen digits always fit; nineteen may.
+                fits_i64: t.len() <= 18 || (t.len() == 19 && self.text.parse::<i64>().is_ok()),
             },
             Some(dot) => NumberStats {
                 // `0.5` has no integer digits: Decimal128(38, 38) holds it.
-                int_digits: if &t[..dot] == "0" { 0 } else { dot as u32 },
+                int_digits: if is_zero(&t[..dot]) { 0 } else { dot as u32 },
                 scale: (t.len() - dot - 1) as u32,
                 fits_i64: false,
             },
@@ -117,14 +117,19 @@ impl<'a> Number<'a> {
 
     /// The value as `i64`, when it is integral and fits.
     pub fn to_i64(&self) -> Option<i64> {
-        if self.text.contains('.') { None } else { self.text.parse().ok() }
+        if dot_at(&self.text).is_some() { None } else { self.text.parse().ok() }
+    }
+
+    /// The text without its sign (canonical text has at most one `-`).
+    fn unsigned(&self) -> &str {
+        self.text.strip_prefix('-').unwrap_or(&self.text)
     }
 
     /// The value scaled by `10^scale` as `i128`, when that is exact and fits 38 digits.
     pub fn to_i128_scaled(&self, scale: u32) -> Option<i128> {
         let neg = self.is_negative();
-        let t = self.text.trim_start_matches('-');
-        let (int, frac) = match t.find('.') {
+        let t = self.unsigned();
+        let (int, frac) = match dot_at(t) {
             None => (t, ""),
             Some(dot) => (&t[..dot], &t[dot + 1..]),
         };
@@ -132,7 +137,7 @@ impl<'a> Number<'a> {
             return None;
         }
         let digits = int.len() + scale as usize;
-        if digits > 38 + usize::from(int == "0") {
+        if digits > 38 + usize::from(is_zero(int)) {
             return None;
         }
         let mut v: i128 = 0;
@@ -151,6 +156,52 @@ impl<'a> Number<'a> {
     /// Significant digits, for DynamoDB's item-size rule.
     pub fn significant_digits(&self) -> usize {
         significant_digits_of_canonical(&self.text)
+    }
+}
+
+/// Where the decimal point is: a byte loop, cheaper than a `char` search on short numbers.
+fn dot_at(t: &str) -> Option<usize> {
+    t.bytes().position(|c| c == b'.')
+}
+
+/// `t == "0"` without a call to `memcmp`.
+fn is_zero(t: &str) -> bool {
+    matches!(t.as_bytes(), [b'0'])
+}
+
+/// For canonical text (see [`is_canonical`]): its significant digits and the exponent of its
+/// leading digit, found in one pass; `None` for any other text. The same answers as
+/// [`is_canonical`], [`significant_digits_of_canonical`] and the leading exponent taken one by
+/// one (`canonical_facts_match_the_separate_checks` compares them).
+fn canonical_facts(s: &str) -> Option<(usize, i64)> {
+    let b = s.as_bytes();
+    let (neg, body) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    let int_len = body.iter().position(|c| !c.is_ascii_digit()).unwrap_or(body.len());
+    let (&first, _) = body.split_first()?;
+    if int_len == 0 || (int_len > 1 && first == b'0') {
+        return None;
+    }
+    let int_zero = first == b'0';
+    let lead_of_int = int_len as i64 - 1;
+    let Some((&point, frac)) = body[int_len..].split_first() else {
+        // An integer: `-0` is not canonical; trailing zeros are not significant.
+        if neg && int_zero {
+            return None;
+        }
+        let trailing = body.iter().rev().take_while(|&&c| c == b'0').count();
+        return Some((if int_zero { 1 } else { int_len - trailing }, lead_of_int));
+    };
+    if point != b'.' || !frac.iter().all(u8::is_ascii_digit) || matches!(frac.last(), None | Some(b'0')) {
+        return None;
+    }
+    if int_zero {
+        let zeros = frac.iter().take_while(|&&c| c == b'0').count();
+        Some((frac.len() - zeros, -(zeros as i64) - 1))
+    } else {
+        Some((int_len + frac.len(), lead_of_int))
     }
 }
 
@@ -279,7 +330,31 @@ fn canonicalize(raw: &str) -> Result<String, NumberError> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn canonical_facts_match_the_separate_checks(
+            s in "-?[0-9]{0,6}(\\.[0-9]{0,6})?|-?0\\.0{0,140}[1-9]|[-+.0-9eE]{0,8}|\\PC{0,6}"
+        ) {
+            let separate = is_canonical(&s)
+                .then(|| (significant_digits_of_canonical(&s), Number { text: Cow::Borrowed(s.as_str()) }.lead_exp()));
+            prop_assert_eq!(canonical_facts(&s), separate);
+        }
+
+        #[test]
+        fn fits_i64_is_what_i64_parses(n in any::<i128>(), shift in 0u32..64) {
+            let text = (n >> shift).to_string();
+            if let Ok(num) = Number::parse(&text) {
+                prop_assert_eq!(num.stats().fits_i64, text.parse::<i64>().is_ok(), "{}", text);
+                prop_assert_eq!(num.to_i64(), text.parse::<i64>().ok(), "{}", text);
+            }
+        }
+    }
 
     fn canon(s: &str) -> Result<String, NumberError> {
         Number::parse(s).map(|n| n.as_str().to_owned())

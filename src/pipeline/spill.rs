@@ -84,7 +84,15 @@ impl<'a> Reader<'a> {
         self.pos >= self.b.len()
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, SpillError> {
+        // Lengths and counts below 128 take one byte: most of them.
+        if let Some(&byte) = self.b.get(self.pos)
+            && byte < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(byte));
+        }
         let mut v = 0u64;
         let mut shift = 0;
         loop {
@@ -111,7 +119,14 @@ impl<'a> Reader<'a> {
 
     fn str(&mut self) -> Result<&'a str, SpillError> {
         let at = self.pos;
-        std::str::from_utf8(self.bytes()?).map_err(|_| SpillError(at))
+        let b = self.bytes()?;
+        // Most names and values are ASCII: an inline word-at-a-time check instead of the full
+        // UTF-8 validator's call.
+        if b.is_ascii() {
+            // SAFETY: every byte is below 0x80, and a sequence of ASCII bytes is valid UTF-8.
+            return Ok(unsafe { std::str::from_utf8_unchecked(b) });
+        }
+        std::str::from_utf8(b).map_err(|_| SpillError(at))
     }
 
     pub fn item(&mut self) -> Result<Item<'a>, SpillError> {
@@ -214,6 +229,25 @@ mod tests {
         for cut in 0..one {
             assert!(Reader::new(&buf[..cut]).item().is_err(), "prefix of {cut} bytes decoded");
         }
+    }
+
+    #[test]
+    fn non_ascii_text_round_trips_and_damaged_text_is_refused() {
+        let item = decode_export_line(r#"{"Item":{"név":{"S":"é✓\u00e9"},"a":{"SS":["x","✓"]}}}"#);
+        let mut buf = Vec::new();
+        encode_item(&item, &mut buf);
+        assert_eq!(Reader::new(&buf).item().unwrap(), item);
+        // One attribute `k` holding an `S` of two bytes that are not UTF-8.
+        let damaged = [1, 1, b'k', TypeTag::S as u8, 2, 0xff, 0xfe];
+        assert!(Reader::new(&damaged).item().is_err());
+        let ascii = [1, 1, b'k', TypeTag::S as u8, 2, b'o', b'k'];
+        assert_eq!(Reader::new(&ascii).item().unwrap()[0].1, Value::S(Cow::Borrowed("ok")));
+        // A length that needs two varint bytes.
+        let long = "x".repeat(300);
+        let item = vec![(Cow::Borrowed("k"), Value::S(Cow::Borrowed(long.as_str())))];
+        let mut buf = Vec::new();
+        encode_item(&item, &mut buf);
+        assert_eq!(Reader::new(&buf).item().unwrap(), item);
     }
 
     #[test]
