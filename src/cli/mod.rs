@@ -163,7 +163,8 @@ pub struct UnwindArgs {
     pub on_drift: OnDriftArg,
     /// What each table under `--out` is: `parquet` (Parquet part files listed by
     /// `_etl/run.json`) or `delta` (a Delta Lake table of the same Parquet files, created or
-    /// replaced by one Delta commit per table; local folders and full exports only for now).
+    /// replaced by one Delta commit per table; incremental exports are merged into each table by
+    /// one commit that rewrites only the files holding changed keys; local folders only for now).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t)]
     pub format: FormatArg,
     #[command(flatten)]

@@ -95,6 +95,9 @@ pub struct Applier {
     new_exports: Option<Vec<bool>>,
     /// The last export the previous output held, when applying onto one.
     previous_export: Option<String>,
+    /// When applying onto an existing output: the keys the new exports changed, each once, as
+    /// DynamoDB JSON objects of the key attributes (what a Delta MERGE matches on).
+    pub new_keys: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -200,6 +203,7 @@ impl Applier {
             mapping,
             change_records: 0,
             per_export: vec![0; chain.incrementals.len()],
+            new_keys: Vec::new(),
             warnings: Vec::new(),
             chain,
         };
@@ -290,9 +294,17 @@ impl Applier {
             touched_by_new: is_new == Some(true),
             new_had_image: is_new == Some(true) && has_image,
         };
+        let keys_json = |keys: &Item<'_>| {
+            let mut s = String::with_capacity(64);
+            write_item_json(keys, &mut s);
+            s
+        };
         match self.index.get(key.as_slice()) {
             Some(&i) => {
                 let old = &mut self.finals[i as usize];
+                if next.touched_by_new && !old.touched_by_new {
+                    self.new_keys.push(keys_json(&c.keys));
+                }
                 // What the previous output held of this key: the last write among its exports.
                 let prev = match (&old.prev, &next.prev) {
                     (Some(o), Some(n)) if (n.0, n.1) < (o.0, o.1) => Some(o.clone()),
@@ -313,6 +325,9 @@ impl Applier {
                 old.new_had_image = new_had_image;
             }
             None => {
+                if next.touched_by_new {
+                    self.new_keys.push(keys_json(&c.keys));
+                }
                 self.index.insert(key.into_boxed_slice(), self.finals.len() as u32);
                 self.finals.push(next);
             }

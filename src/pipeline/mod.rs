@@ -77,7 +77,7 @@ pub struct UnwindSettings {
     pub allow_gap: bool,
     /// What to do when the tables' contracts differ from the output this run replaces.
     pub on_drift: OnDrift,
-    /// Plain Parquet tables, or Delta tables (full exports only, local folders only).
+    /// Plain Parquet tables, or Delta tables (local folders only; incrementals merged).
     pub format: Format,
 }
 
@@ -144,11 +144,6 @@ pub enum UnwindError {
     /// Every export named is already applied to the output: nothing was done (exit 0).
     #[error("`{out}` already holds {exports}; nothing to apply, nothing rewritten")]
     UpToDate { out: String, exports: String },
-    /// `--format delta` with an incremental export: not supported yet, refused before any write.
-    #[error(
-        "`--format delta` takes full exports only for now; `{export}` is an incremental export: nothing was written"
-    )]
-    DeltaIncremental { export: String },
     /// `--on-drift fail`: the tables' contracts differ from those of the output at `out`.
     #[error("the schema drifted from `{out}` ({}); `--on-drift fail` refuses it: nothing was published", .drift.counts())]
     Drift { out: String, drift: Drift },
@@ -169,9 +164,6 @@ impl UnwindError {
                 Some("this is a bug in etl; please report it with the run's input if you can".into())
             }
             UnwindError::Io { .. } | UnwindError::UpToDate { .. } => None,
-            UnwindError::DeltaIncremental { .. } => Some(
-                "unwind the full export (and its incrementals) without `--format delta` to apply them as Parquet, or pass only the full export".into(),
-            ),
             UnwindError::Drift { .. } => Some(
                 "the changes are listed above; `--on-drift allow` (the default) publishes them and lists them in `_etl/run.json`".into(),
             ),
@@ -215,7 +207,7 @@ const SCAN_SPOOL: &str = "scan";
 pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let sink = sink::open(
+    let mut sink = sink::open(
         &settings.target,
         &SinkSettings {
             format: settings.format,
@@ -226,12 +218,6 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     )?;
     let scratch = sink.scratch().to_owned();
     let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
-    // Delta tables are replaced whole for now: applying incremental exports would need a MERGE.
-    if settings.format == Format::Delta
-        && let Some(e) = plan.exports.iter().find(|e| e.window.is_some())
-    {
-        return Err(UnwindError::DeltaIncremental { export: crate::source::chain::export_id(e) });
-    }
     // Incremental exports alone, onto an existing output: the chain of what it holds and them.
     let (mut plan, onto) = apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings, sink.as_ref())?;
     let chain = apply::order(&plan, onto.as_ref(), settings.allow_gap).map_err(SourceError::from)?;
@@ -363,6 +349,15 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         published_to: None,
         replaces_run_id: None,
     };
+    if settings.format == Format::Delta {
+        // Onto an existing output, the keys the new exports changed are merged into each table.
+        let merge = onto
+            .as_ref()
+            .and(chain.as_ref())
+            .map(|c| sink::delta::MergeKeys { key_attributes: c.key_names.clone(), keys: c.new_keys.clone() });
+        let txn_version = delta_txn_version(manifest.state.as_ref(), &plan);
+        sink.delta_run(sink::delta::DeltaRun { txn_version, merge });
+    }
     let (report, committed) = sink.commit(manifest, &written.schemas)?;
     if let Some(id) = &committed.run_id {
         info!(run_id = %id, "committed");
@@ -370,6 +365,19 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     progress.set_phase(Phase::Done);
     let too_many_rejects = settings.max_rejects.filter(|&max| rejects > max).map(|max| (rejects, max));
     Ok(UnwindSummary { report, schemas: written.schemas, too_many_rejects, committed })
+}
+
+/// The Delta `txn` version of a run: up to when its exports cover the table (the last applied
+/// export's window end, or a full export's `exportTime`), in microseconds since the epoch.
+fn delta_txn_version(state: Option<&crate::state::RunState>, plan: &source::Plan) -> Option<i64> {
+    let last = match state {
+        Some(s) => crate::state::last_applied(s).cloned(),
+        None => match plan.exports.as_slice() {
+            [e] => Some(crate::state::AppliedExport::of(e)),
+            _ => None,
+        },
+    };
+    last.and_then(|a| a.covers_until()).map(|t| t.timestamp_micros())
 }
 
 #[cfg(test)]

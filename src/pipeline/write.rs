@@ -177,6 +177,7 @@ pub fn write_all(
             columns: job.schema.fields().len(),
             files,
             delta_version: None,
+            delta_merge: None,
         });
         if let TableKind::Items(s) = job.kind {
             schemas.push(*s);

@@ -294,6 +294,35 @@ pub struct TableReport {
     /// The Delta table version this run committed (`--format delta` outputs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta_version: Option<u64>,
+    /// How this run's commit changed the Delta table, when it applied incremental exports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_merge: Option<DeltaMerge>,
+}
+
+/// What one table's Delta commit did in a run that applied incremental exports onto a Delta
+/// output: the rows of the changed keys replaced in the files that held them (`merge`), the whole
+/// table replaced (`replace`, with the reason), or nothing because the table's transaction already
+/// covered the exports (`skipped`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeltaMerge {
+    pub mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Keys the new exports changed (all tables).
+    pub changed_keys: u64,
+    /// Rows of changed keys written (updates, inserts, rows moved in).
+    pub rows_upserted: u64,
+    /// Rows of changed keys removed from the files that held them.
+    pub rows_removed: u64,
+    /// Data files of the previous version read again and rewritten without the changed keys.
+    pub files_rewritten: u64,
+    pub bytes_rewritten: u64,
+    /// Data files this commit added (rewritten files and the file of upserted rows).
+    pub files_added: u64,
+    pub bytes_added: u64,
+    /// Columns added to the table's schema by this commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns_added: Vec<String>,
 }
 
 impl TableReport {

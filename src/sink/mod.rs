@@ -172,6 +172,13 @@ pub trait Sink: Send + Sync {
         None
     }
 
+    /// Tells a Delta sink how this run commits its tables (the `txn`, and the changed keys when
+    /// incremental exports are applied onto an output); other sinks ignore it. Called once,
+    /// before [`Sink::commit`].
+    fn delta_run(&mut self, run: delta::DeltaRun) {
+        let _ = run;
+    }
+
     /// Publishes every part with `manifest` and the schema contracts, atomically. Returns the
     /// manifest as published (an object-store commit names files by run) and what it did.
     fn commit(

@@ -31,6 +31,9 @@ pub struct RunState {
     pub mapping_hash: Option<String>,
     /// The full export, then the incremental exports in the order applied.
     pub applied: Vec<AppliedExport>,
+    /// Delta outputs: each table's version after the run that recorded this state.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub delta_versions: std::collections::BTreeMap<String, u64>,
 }
 
 /// One export an output holds.
@@ -123,6 +126,7 @@ pub fn of_chain(
         key_attributes: key_attributes.to_vec(),
         mapping_hash,
         applied,
+        delta_versions: Default::default(),
     }
 }
 
@@ -137,6 +141,7 @@ pub fn of_exports(exports: &[ExportInfo], key_attributes: &[String], mapping_has
         key_attributes: key_attributes.to_vec(),
         mapping_hash,
         applied,
+        delta_versions: Default::default(),
     }
 }
 
@@ -269,7 +274,14 @@ mod tests {
     }
 
     fn state(a: Vec<AppliedExport>) -> RunState {
-        RunState { version: 1, table_arn: Some("t".into()), key_attributes: vec![], mapping_hash: None, applied: a }
+        RunState {
+            version: 1,
+            table_arn: Some("t".into()),
+            key_attributes: vec![],
+            mapping_hash: None,
+            applied: a,
+            delta_versions: Default::default(),
+        }
     }
 
     #[test]

@@ -353,3 +353,37 @@ fn state_makes_a_rerun_a_no_op_and_refuses_older_exports() {
         [r#"{"PK":"B","SK":"1","v":"1"}"#, r#"{"PK":"C","SK":"1","v":"3"}"#]
     );
 }
+
+#[test]
+fn a_delta_table_whose_rows_all_left_is_emptied_by_one_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("bucket");
+    let a = item("A", "1", json!({ "Type": s("user") }));
+    let b = item("B", "1", json!({ "Type": s("order") }));
+    let full_dir = full(&root, "01788249600000-aaaaaaaa", &[a, b.clone()]);
+    let w1 = ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z");
+    let inc = incremental(&root, "01788249540000-bbbbbbbb", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, None)]);
+    let out = tmp.path().join("out");
+    unwind(&[&full_dir], &out, &["--format", "delta"], 0);
+    assert!(out.join("order/_delta_log").is_dir());
+    unwind(&[&inc], &out, &["--format", "delta"], 0);
+    let report = run_report(&out);
+    let tables: Vec<&str> = report["tables"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(tables.contains(&"user") && !tables.contains(&"order"), "{tables:?}");
+    // A Delta reader of `order` sees its true current state: the latest commit removes every
+    // file of the previous version and adds none.
+    let mut commits: Vec<PathBuf> = std::fs::read_dir(out.join("order/_delta_log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    commits.sort();
+    assert_eq!(commits.len(), 2, "{commits:?}");
+    let first = std::fs::read_to_string(&commits[0]).unwrap();
+    let last = std::fs::read_to_string(&commits[1]).unwrap();
+    let actions = |text: &str, kind: &str| -> usize {
+        text.lines().filter(|l| serde_json::from_str::<Json>(l).unwrap().get(kind).is_some()).count()
+    };
+    assert_eq!(actions(&first, "add"), 1, "{first}");
+    assert_eq!((actions(&last, "remove"), actions(&last, "add")), (1, 0), "{last}");
+}

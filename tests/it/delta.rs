@@ -163,14 +163,6 @@ fn what_delta_cannot_do_yet_is_refused_before_any_write() {
     let r = etl(["unwind", sample_export().to_str().unwrap(), "--out", "s3://bucket/lake", "--format", "delta"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("local folders only"), "{}", r.stderr);
-    // Incremental exports: not yet (they need a MERGE).
-    if let Some(root) = real_export() {
-        let out = tmp.path().join("chain");
-        let r = unwind(&[&root], &out, &["--format", "delta", "--allow-gap", "--allow-mismatch"], 2);
-        assert!(r.stderr.contains("full exports only"), "{}", r.stderr);
-        assert!(r.stderr.contains("hint:"), "{}", r.stderr);
-        assert!(!out.exists(), "nothing was written");
-    }
 }
 
 /// The query library (`tests/sql/*.slt`) gives the same answers over the Delta output as over the
@@ -237,4 +229,278 @@ fn deltalake_and_duckdb_read_the_delta_tables_exactly() {
         assert_eq!(d["files"], Json::from(listed), "{t}: the Delta log lists run.json's files");
     }
     assert_eq!(delta["user"]["delta_meta"]["tags"]["dynamodb.type"], "SS");
+}
+
+// ---- Incremental exports merged into Delta tables ----
+
+/// The files of a table's Delta version `version`, replayed from its log (`add` minus `remove`).
+fn version_files(table: &Path, version: u64) -> Vec<PathBuf> {
+    let mut live = std::collections::BTreeSet::new();
+    for v in 0..=version {
+        let path = table.join(format!("_delta_log/{v:020}.json"));
+        if !path.exists() {
+            continue;
+        }
+        for a in log_actions(table, v) {
+            if let Some(add) = a.get("add") {
+                live.insert(add["path"].as_str().unwrap().to_owned());
+            }
+            if let Some(rm) = a.get("remove") {
+                live.remove(rm["path"].as_str().unwrap());
+            }
+        }
+    }
+    live.into_iter().map(|p| table.join(p)).collect()
+}
+
+/// The canonical rows of a table's Delta version, read from the files its log lists.
+fn version_rows(table: &Path, version: u64) -> Vec<String> {
+    let files = version_files(table, version);
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for f in files {
+        std::fs::hard_link(&f, tmp.path().join(f.file_name().unwrap())).unwrap();
+    }
+    canonical_rows(tmp.path())
+}
+
+/// Each table `_etl/run.json` lists, with its Delta version.
+fn versions(out: &Path) -> std::collections::BTreeMap<String, u64> {
+    run_report(out)["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap().to_owned(), t["delta_version"].as_u64().unwrap()))
+        .collect()
+}
+
+/// The number of commits in each table's Delta log.
+fn log_lengths(out: &Path) -> std::collections::BTreeMap<String, usize> {
+    versions(out)
+        .into_keys()
+        .map(|t| {
+            let n = std::fs::read_dir(out.join(&t).join("_delta_log"))
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".json"))
+                .count();
+            (t, n)
+        })
+        .collect()
+}
+
+/// The `txn` versions a table's Delta log records, one per commit that carried one.
+fn txns(table: &Path) -> Vec<i64> {
+    let mut out = Vec::new();
+    for v in 0.. {
+        let path = table.join(format!("_delta_log/{v:020}.json"));
+        if !path.exists() {
+            break;
+        }
+        for a in log_actions(table, v) {
+            if let Some(t) = a.get("txn") {
+                assert_eq!(t["appId"], "etl");
+                out.push(t["version"].as_i64().unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// A generated chain (`etl sample --incrementals 3`): the full export and its incrementals, in order.
+fn generated_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
+    let s = dir.to_str().unwrap();
+    let args = ["sample", "--out", s, "--users", "60", "--files", "3", "--seed", "11", "--incrementals", "3"];
+    let r = etl(args.iter().copied().chain(["--change-percent", "20", "--format", "dynamodb-json"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let changes: Json = serde_json::from_slice(&std::fs::read(dir.join("final/changes.json")).unwrap()).unwrap();
+    assert!(changes["net"]["moved"].as_u64().unwrap() > 0, "the chain moves rows between tables");
+    let incs: Vec<PathBuf> = changes["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| PathBuf::from(w["export_dir"].as_str().unwrap()))
+        .collect();
+    let full = std::fs::read_dir(dir.join("AWSDynamoDB"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("manifest-summary.json").is_file() && !incs.contains(p))
+        .unwrap();
+    (full, incs)
+}
+
+/// A full export, then 3 incremental exports applied one at a time as Delta MERGEs: after each,
+/// every table's new version holds exactly the rows the Parquet chain of as many exports holds,
+/// each commit rewrote only files holding changed keys, and every earlier version still reads
+/// as the state after that many exports (etl's reading of the log, and Python `deltalake`).
+#[test]
+fn a_generated_chain_merged_one_export_at_a_time_equals_the_parquet_chain_at_every_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let out = tmp.path().join("delta");
+    unwind(&[&full], &out, &["--format", "delta"], 0);
+    let mut steps = vec![versions(&out)];
+    let mut references = Vec::new();
+    for k in 0..=incs.len() {
+        let reference = tmp.path().join(format!("parquet-{k}"));
+        let mut sources: Vec<&Path> = vec![&full];
+        sources.extend(incs[..k].iter().map(PathBuf::as_path));
+        unwind(&sources, &reference, &[], 0);
+        references.push(reference);
+    }
+    let mut merged_tables = 0;
+    for (k, inc) in incs.iter().enumerate() {
+        let before = log_lengths(&out);
+        unwind(&[inc], &out, &["--format", "delta"], 0);
+        let report = run_report(&out);
+        let state: Json = serde_json::from_slice(&std::fs::read(out.join("_etl/state.json")).unwrap()).unwrap();
+        assert_eq!(state["applied"].as_array().unwrap().len(), k + 2);
+        for t in report["tables"].as_array().unwrap() {
+            let name = t["name"].as_str().unwrap();
+            let m = &t["delta_merge"];
+            let version = t["delta_version"].as_u64().unwrap();
+            assert_eq!(state["delta_versions"][name], version, "{name}: the state records the version");
+            // One commit per table at most, carrying this run's `txn`.
+            let grew = log_lengths(&out)[name] - before.get(name).copied().unwrap_or(0);
+            assert!(grew <= 1, "{name}: {grew} commits in one run");
+            if m["mode"] == "merge" {
+                merged_tables += 1;
+                let log = log_actions(&out.join(name), version);
+                assert_eq!(actions(&log, "remove").len() as u64, m["files_rewritten"].as_u64().unwrap(), "{name}");
+                assert_eq!(actions(&log, "add").len() as u64, m["files_added"].as_u64().unwrap(), "{name}");
+                let removed: u64 = actions(&log, "remove").iter().map(|r| r["size"].as_u64().unwrap()).sum();
+                assert_eq!(removed, m["bytes_rewritten"].as_u64().unwrap(), "{name}");
+                assert_eq!(actions(&log, "txn").len(), 1, "{name}");
+                // Only files holding a changed key were rewritten: fewer than the version had.
+                let had = version_files(&out.join(name), version - 1).len() as u64;
+                assert!(m["files_rewritten"].as_u64().unwrap() <= had, "{name}");
+            }
+        }
+        steps.push(versions(&out));
+    }
+    assert!(merged_tables >= incs.len(), "most tables are merged, not replaced: {merged_tables}");
+    // Every step's versions read as that step's Parquet chain output.
+    for (k, (step, reference)) in steps.iter().zip(&references).enumerate() {
+        let expected = table_rows(reference);
+        for (name, rows) in &expected {
+            let v = step.get(name).unwrap_or_else(|| panic!("step {k}: no table `{name}`"));
+            assert_eq!(&version_rows(&out.join(name), *v), rows, "step {k}: `{name}` at version {v}");
+        }
+    }
+    // The last step through `etl sql`, which reads the versions run.json names.
+    let (rt, session) = session(&out);
+    for (name, rows) in table_rows(references.last().unwrap()) {
+        assert_eq!(count(&rt, &session, &name) as usize, rows.len(), "{name}");
+    }
+    // Moved rows: an `archived_` table exists only because rows moved into it.
+    assert!(steps.last().unwrap().keys().any(|t| t.starts_with("archived_")), "{steps:?}");
+
+    // Python `deltalake` (and DuckDB over the files each version lists) at every version.
+    let Some(py) = crate::interop::python() else { return };
+    for (k, (step, reference)) in steps.iter().zip(&references).enumerate() {
+        let names: Vec<String> = table_rows(reference).into_keys().collect();
+        let args: Vec<String> = names.iter().map(|n| format!("{n}@{}", step[n])).collect();
+        let r = std::process::Command::new(&py)
+            .arg(root().join("tests/interop/delta_read.py"))
+            .arg(&out)
+            .args(&args)
+            .output()
+            .expect("run python");
+        assert!(r.status.success(), "delta_read.py: {}", String::from_utf8_lossy(&r.stderr));
+        let delta: Json = serde_json::from_slice(&r.stdout).unwrap();
+        let r = std::process::Command::new(&py)
+            .arg(root().join("tests/interop/read_back.py"))
+            .arg(reference)
+            .args(&names)
+            .output()
+            .expect("run python");
+        assert!(r.status.success(), "read_back.py: {}", String::from_utf8_lossy(&r.stderr));
+        let parquet: Json = serde_json::from_slice(&r.stdout).unwrap();
+        for (n, a) in names.iter().zip(&args) {
+            assert_eq!(delta[a]["version"], step[n], "{a}");
+            assert_eq!(delta[a]["delta_rows"], parquet[n]["pyarrow_rows"], "step {k}: deltalake rows of {a}");
+            assert_eq!(delta[a]["duckdb_rows"], parquet[n]["pyarrow_rows"], "step {k}: duckdb rows of {a}");
+        }
+    }
+}
+
+/// Applying an export the Delta output already holds moves no table version; a stop right after
+/// the first table's commit, then a re-run, gives the chain's state with every table applied once.
+#[test]
+fn a_repeated_apply_is_a_no_op_and_a_crash_between_table_commits_completes_on_rerun() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let reference = tmp.path().join("parquet");
+    unwind(&[&full, &incs[0]], &reference, &[], 0);
+    let out = tmp.path().join("delta");
+    unwind(&[&full], &out, &["--format", "delta"], 0);
+    let after_full = log_lengths(&out);
+
+    // Killed right after the first table's commit (`_rejects`, first by name).
+    let args = ["unwind", incs[0].to_str().unwrap(), "--out", out.to_str().unwrap(), "--format", "delta"];
+    let killed = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+        .args(args)
+        .env("ETL_TEST_KILL_AT", "delta-table-committed")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success(), "the run was killed");
+    let partial = log_lengths(&out);
+    let moved: Vec<&String> =
+        partial.keys().filter(|t| partial[*t] != after_full.get(*t).copied().unwrap_or(0)).collect();
+    assert_eq!(moved.len(), 1, "one table committed before the kill: {moved:?}");
+    // The run's report is the previous one: nothing else was published.
+    assert_eq!(versions(&out).values().copied().max(), Some(0));
+
+    // The re-run skips the table already committed and merges the others.
+    unwind(&[&incs[0]], &out, &["--format", "delta"], 0);
+    let report = run_report(&out);
+    let committed = &report["tables"].as_array().unwrap().iter().find(|t| &t["name"] == moved[0]).unwrap();
+    assert_eq!(committed["delta_merge"]["mode"], "skipped", "{committed}");
+    let done = log_lengths(&out);
+    for (name, n) in &done {
+        let grew = n - after_full.get(name).copied().unwrap_or(0);
+        assert!(grew <= 1, "{name}: applied {grew} times");
+        let t = txns(&out.join(name));
+        let mut unique = t.clone();
+        unique.dedup();
+        assert_eq!(t, unique, "{name}: no export applied twice: {t:?}");
+    }
+    let step = versions(&out);
+    for (name, rows) in table_rows(&reference) {
+        assert_eq!(version_rows(&out.join(&name), step[&name]), rows, "{name}: no doubled or lost rows");
+    }
+
+    // The same export again: a no-op, no version moves, nothing written.
+    let before = tree(&out);
+    let r = unwind(&[&incs[0]], &out, &["--format", "delta"], 0);
+    assert!(r.stderr.contains("nothing to apply"), "{}", r.stderr);
+    assert_eq!(tree(&out), before);
+    assert_eq!(log_lengths(&out), done);
+}
+
+/// The real fixture (full export and its 2 incremental exports) applied one export at a time as
+/// Delta: the 8 items of the fixture, value by value, as the Parquet output has them.
+#[test]
+fn the_real_fixture_merged_into_delta_holds_the_eight_items() {
+    let Some(root) = real_export() else {
+        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
+        return;
+    };
+    let export = |id: &str| root.join("AWSDynamoDB").join(id);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("delta");
+    unwind(&[&export("01768385930622-efd1a093")], &out, &["--format", "delta", "--allow-mismatch"], 0);
+    let extra = ["--format", "delta", "--allow-mismatch", "--allow-gap"];
+    unwind(&[&export("01768386924000-d339e52d")], &out, &extra, 0);
+    unwind(&[&export("01768388186000-4a2fc3ff")], &out, &extra, 0);
+    let v = versions(&out);
+    assert_eq!(v["_untyped"], 2, "one commit per export");
+    let rows = version_rows(&out.join("_untyped"), v["_untyped"]);
+    assert_eq!(rows, crate::real_export::final_state());
+    let report = run_report(&out);
+    let untyped = report["tables"].as_array().unwrap().iter().find(|t| t["name"] == "_untyped").unwrap();
+    assert_eq!(untyped["delta_merge"]["mode"], "merge", "{untyped}");
+    let (rt, session) = session(&out);
+    assert_eq!(count(&rt, &session, "_untyped"), 8);
 }

@@ -1,0 +1,515 @@
+//! The copy-on-write MERGE of one Delta table (`--format delta`, incremental exports applied
+//! onto a Delta output): the rows of the keys the new exports changed are replaced in ONE commit
+//! that removes only the data files holding such a key (rewritten without them) and adds one
+//! file of the changed keys' current rows, with the run's `txn`.
+//!
+//! The current rows come from the run's replay (the complete new table, staged as Parquet parts);
+//! the changed keys are converted into the table's column types by etl's own [`BatchBuilder`],
+//! so they match the rows exactly as etl wrote them. The table keeps its columns: a column the
+//! replay no longer has stays (null in the new rows), a new one is added to the schema, an
+//! `int64` column of the replay is cast exactly into the table's `decimal`. Anything else (a
+//! wider or other type, a key attribute without a column) is not merged: [`merge`] returns
+//! [`Merged::Replace`] with the reason, and the caller replaces the table in one commit.
+//! This module never replaces a table, never deletes a file, and never writes outside the table.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, new_null_array};
+use datafusion::arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::file::properties::WriterProperties;
+use deltalake::DeltaTable;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake::kernel::{Action, MetadataExt as _, StructType, Transaction};
+use deltalake::protocol::DeltaOperation;
+
+use super::{DeltaError, TXN_APP_ID, add_action, delta_schema, sync};
+use crate::normalize::BatchBuilder;
+use crate::schema::TableSchema;
+use crate::sink::SinkError;
+use crate::sink::manifest::{DeltaMerge, FileReport};
+
+/// What [`merge`] did.
+pub enum Merged {
+    /// Committed (or nothing to change: `version` is the table's current one).
+    Done { version: u64, report: DeltaMerge, files: Vec<FileReport> },
+    /// The table cannot be merged in place; replace it whole, for this reason.
+    Replace(String),
+}
+
+/// What a merge of one table works with.
+pub struct MergeInput<'a> {
+    pub table: &'a str,
+    /// The table's folder (a Delta table).
+    pub dir: &'a Path,
+    pub table_handle: DeltaTable,
+    /// The staged parts of the replay's complete new table.
+    pub parts: Vec<PathBuf>,
+    /// The schema the replay wrote the parts with.
+    pub new_schema: SchemaRef,
+    /// The table's contract from the replay (`None` for `_rejects`).
+    pub contract: Option<&'a TableSchema>,
+    pub key_attributes: &'a [String],
+    /// The changed keys, DynamoDB JSON objects of the key attributes.
+    pub keys: &'a [String],
+    pub txn_version: Option<i64>,
+    pub props: &'a WriterProperties,
+    /// Names this run's files.
+    pub tag: &'a str,
+}
+
+/// Rows per batch read back from a data file.
+const BATCH_ROWS: usize = 64 * 1024;
+
+fn delta_err(table: &str, dir: &Path) -> impl Fn(deltalake::DeltaTableError) -> SinkError {
+    let (table, path) = (table.to_owned(), dir.display().to_string());
+    move |source| {
+        SinkError::from(DeltaError::Commit { table: table.clone(), path: path.clone(), source: Box::new(source) })
+    }
+}
+
+fn part_err(table: &str, path: &Path) -> impl Fn(datafusion::parquet::errors::ParquetError) -> SinkError {
+    let (table, path) = (table.to_owned(), path.display().to_string());
+    move |source| SinkError::Part { table: table.clone(), path: path.clone(), source }
+}
+
+fn arrow_err(table: &str, path: &Path) -> impl Fn(datafusion::arrow::error::ArrowError) -> SinkError {
+    let f = part_err(table, path);
+    move |e| f(e.into())
+}
+
+/// How each column of the table is filled from the replay's rows.
+enum Fill {
+    /// The replay's column of that name, cast to `DataType` when it is given.
+    Column(String, Option<DataType>),
+    Null,
+}
+
+/// The schema of the file of upserted rows, how to fill it, the columns added, and the new
+/// Delta schema when columns were added; `Err(reason)` when the table cannot be merged.
+struct Plan {
+    schema: SchemaRef,
+    fills: Vec<Fill>,
+    added: Vec<String>,
+    new_delta: Option<StructType>,
+}
+
+fn plan_schema(table: &str, current_delta: &StructType, current_arrow: &Schema, new: &Schema) -> Result<Plan, String> {
+    let new_delta = delta_schema(table, new).map_err(|e| e.to_string())?;
+    let mut fields = Vec::new();
+    let mut fills = Vec::new();
+    for cur in current_delta.fields() {
+        let name = cur.name();
+        let cur_arrow = current_arrow.field_with_name(name).map_err(|e| e.to_string())?;
+        match (new_delta.field(name), new.field_with_name(name).ok()) {
+            (Some(n), Some(na)) => {
+                if n.nullable && !cur.nullable {
+                    return Err(format!("column `{name}` may now be null, the table's may not"));
+                }
+                if n.data_type() == cur.data_type() {
+                    fields.push(na.clone());
+                    fills.push(Fill::Column(name.to_owned(), None));
+                } else if matches!(
+                    (na.data_type(), cur_arrow.data_type()),
+                    (DataType::Int64, DataType::Decimal128(p, s)) if i16::from(*p) - i16::from(*s) >= 19
+                ) {
+                    fields.push(na.clone().with_data_type(cur_arrow.data_type().clone()));
+                    fills.push(Fill::Column(name.to_owned(), Some(cur_arrow.data_type().clone())));
+                } else {
+                    return Err(format!(
+                        "column `{name}` is `{}` in the table and `{}` in this run",
+                        cur_arrow.data_type(),
+                        na.data_type()
+                    ));
+                }
+            }
+            _ if !cur.nullable => {
+                return Err(format!("column `{name}` is gone from this run and the table's may not be null"));
+            }
+            _ => {
+                fields.push(cur_arrow.clone().with_nullable(true));
+                fills.push(Fill::Null);
+            }
+        }
+    }
+    let mut added = Vec::new();
+    let mut delta_fields: Vec<_> = current_delta.fields().cloned().collect();
+    for (n, na) in new_delta.fields().zip(new.fields()) {
+        if current_delta.field(n.name()).is_none() {
+            added.push(n.name().to_owned());
+            fields.push(na.as_ref().clone().with_nullable(true));
+            fills.push(Fill::Column(n.name().to_owned(), None));
+            let mut f = n.clone();
+            f.nullable = true;
+            delta_fields.push(f);
+        }
+    }
+    let new_delta =
+        if added.is_empty() { None } else { Some(StructType::try_new(delta_fields).map_err(|e| e.to_string())?) };
+    Ok(Plan { schema: Arc::new(Schema::new(fields)), fills, added, new_delta })
+}
+
+/// The changed keys as rows of the key columns in the replay's types (`keys` in key-attribute
+/// order); keys that no row of this table can hold (a value its key column cannot take) are left
+/// out. `Err(reason)` when a key attribute has no column of its own in the table.
+fn key_rows(contract: &TableSchema, key_attributes: &[String], keys: &[String]) -> Result<KeySet, String> {
+    let mut columns = Vec::with_capacity(key_attributes.len());
+    for a in key_attributes {
+        let mut found = contract.columns.iter().filter(|c| &c.source == a && contract.extra.as_ref() != Some(&c.name));
+        match (found.next(), found.next()) {
+            (Some(c), None) => columns.push(crate::schema::Column { nullable: true, ..c.clone() }),
+            _ => return Err(format!("key attribute `{a}` has no column of its own")),
+        }
+    }
+    let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
+    let only_keys = TableSchema { table: contract.table.clone(), entity: None, columns, extra: None };
+    let items: Vec<_> = keys.iter().filter_map(|k| crate::decode::json::decode_item_object(k).ok()).collect();
+    let mut builder = BatchBuilder::new(&only_keys);
+    let mut batches = Vec::new();
+    if items.iter().all(|i| builder.append(i).is_ok()) {
+        batches.push(builder.finish().map_err(|e| e.to_string())?);
+    } else {
+        // Some key cannot be a row of this table: one builder per key keeps the others.
+        for i in &items {
+            let mut one = BatchBuilder::new(&only_keys);
+            if one.append(i).is_ok()
+                && let Ok(b) = one.finish()
+            {
+                batches.push(b);
+            }
+        }
+    }
+    let schema = BatchBuilder::new(&only_keys).schema();
+    let types: Vec<DataType> = schema.fields().iter().map(|f| f.data_type().clone()).collect();
+    let converter =
+        RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).map_err(|e| e.to_string())?;
+    let mut set = HashSet::new();
+    for b in &batches {
+        let rows = converter.convert_columns(b.columns()).map_err(|e| e.to_string())?;
+        set.extend(rows.iter().map(|r| r.as_ref().to_vec().into_boxed_slice()));
+    }
+    Ok(KeySet { names, types, converter, set })
+}
+
+/// The changed keys of one table, as rows of its key columns.
+struct KeySet {
+    names: Vec<String>,
+    types: Vec<DataType>,
+    converter: RowConverter,
+    set: HashSet<Box<[u8]>>,
+}
+
+impl KeySet {
+    /// Which rows of `batch` hold a changed key; `None` when the batch lacks a key column.
+    fn matches(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>, String> {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.names.len());
+        for (name, ty) in self.names.iter().zip(&self.types) {
+            let Some(c) = batch.column_by_name(name) else { return Ok(None) };
+            let c = if c.data_type() == ty {
+                c.clone()
+            } else {
+                cast_with_options(c, ty, &CastOptions::default()).map_err(|e| e.to_string())?
+            };
+            cols.push(c);
+        }
+        let rows = self.converter.convert_columns(&cols).map_err(|e| e.to_string())?;
+        Ok(Some(rows.iter().map(|r| Some(self.set.contains(r.as_ref()))).collect()))
+    }
+}
+
+fn not(mask: &BooleanArray) -> BooleanArray {
+    mask.iter().map(|b| Some(!b.unwrap_or(false))).collect()
+}
+
+/// The rows of `batch` laid out as `plan` says.
+fn conform(batch: &RecordBatch, plan: &Plan) -> Result<RecordBatch, datafusion::arrow::error::ArrowError> {
+    let strict = CastOptions { safe: false, ..Default::default() };
+    let mut cols = Vec::with_capacity(plan.fills.len());
+    for (fill, field) in plan.fills.iter().zip(plan.schema.fields()) {
+        let col = match fill {
+            Fill::Column(name, cast) => match (batch.column_by_name(name), cast) {
+                (Some(c), Some(t)) => cast_with_options(c, t, &strict)?,
+                (Some(c), None) => c.clone(),
+                (None, _) => new_null_array(field.data_type(), batch.num_rows()),
+            },
+            Fill::Null => new_null_array(field.data_type(), batch.num_rows()),
+        };
+        cols.push(col);
+    }
+    RecordBatch::try_new(plan.schema.clone(), cols)
+}
+
+/// A data file written into the table's folder.
+struct NewFile {
+    name: String,
+    path: PathBuf,
+    writer: ArrowWriter<fs::File>,
+    rows: u64,
+}
+
+impl NewFile {
+    fn create(
+        dir: &Path,
+        name: String,
+        schema: SchemaRef,
+        props: &WriterProperties,
+        table: &str,
+    ) -> Result<NewFile, SinkError> {
+        let path = dir.join(&name);
+        let file = fs::File::create(&path).map_err(SinkError::io("create", &path))?;
+        let writer = ArrowWriter::try_new(file, schema, Some(props.clone())).map_err(part_err(table, &path))?;
+        Ok(NewFile { name, path, writer, rows: 0 })
+    }
+
+    fn write(&mut self, batch: &RecordBatch, table: &str) -> Result<(), SinkError> {
+        if batch.num_rows() > 0 {
+            self.writer.write(batch).map_err(part_err(table, &self.path))?;
+            self.rows += batch.num_rows() as u64;
+        }
+        Ok(())
+    }
+
+    /// Closes the file; `None` (and the file removed) when it holds no row.
+    fn finish(self, table: &str) -> Result<Option<(Action, FileReport)>, SinkError> {
+        let NewFile { name, path, writer, rows } = self;
+        let meta = writer.close().map_err(part_err(table, &path))?;
+        if rows == 0 {
+            fs::remove_file(&path).map_err(SinkError::io("remove", &path))?;
+            return Ok(None);
+        }
+        sync(&path)?;
+        let add = add_action(name.clone(), &path, rows)?;
+        let bytes = add.size as u64;
+        let report = FileReport { path: format!("{table}/{name}"), rows, row_groups: meta.num_row_groups(), bytes };
+        Ok(Some((Action::Add(add), report)))
+    }
+}
+
+/// Applies the changed keys of `input` to its Delta table in one commit.
+pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
+    let MergeInput {
+        table,
+        dir,
+        table_handle,
+        parts,
+        new_schema,
+        contract,
+        key_attributes,
+        keys,
+        txn_version,
+        props,
+        tag,
+    } = input;
+    let fail = delta_err(table, dir);
+    let Some(contract) = contract else { return Ok(Merged::Replace("the table has no key columns".into())) };
+    let snapshot = table_handle.snapshot().map_err(&fail)?;
+    let current_version = snapshot.version();
+    let current_delta = snapshot.schema();
+    let current_arrow = snapshot.snapshot().arrow_schema();
+    let plan = match plan_schema(table, &current_delta, &current_arrow, &new_schema) {
+        Ok(p) => p,
+        Err(reason) => return Ok(Merged::Replace(reason)),
+    };
+    let keyset = match key_rows(contract, key_attributes, keys) {
+        Ok(k) => k,
+        Err(reason) => return Ok(Merged::Replace(reason)),
+    };
+    let mut report = DeltaMerge {
+        mode: "merge".into(),
+        changed_keys: keys.len() as u64,
+        columns_added: plan.added.clone(),
+        ..Default::default()
+    };
+    let mut actions = Vec::new();
+    let mut files = Vec::new();
+
+    // The changed keys' current rows, from the replay's complete table.
+    let mut upserts = NewFile::create(dir, format!("part-u00000-{tag}.parquet"), plan.schema.clone(), props, table)?;
+    for part in &parts {
+        let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
+        for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))? {
+            let batch = batch.map_err(arrow_err(table, part))?;
+            let mask = match keyset.matches(&batch) {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(Merged::Replace("a part of this run lacks a key column".into())),
+                Err(reason) => return Ok(Merged::Replace(reason)),
+            };
+            let picked = filter_record_batch(&batch, &mask).map_err(arrow_err(table, part))?;
+            let laid = conform(&picked, &plan).map_err(arrow_err(table, part))?;
+            upserts.write(&laid, table)?;
+        }
+    }
+    report.rows_upserted = upserts.rows;
+
+    // The files of the current version holding a changed key, rewritten without those rows.
+    let current: Vec<(String, i64, deltalake::kernel::Remove)> =
+        snapshot.log_data().iter().map(|f| (f.path().into_owned(), f.size(), f.remove_action(true))).collect();
+    let mut rewritten = 0usize;
+    for (rel, size, remove) in current {
+        let path = dir.join(&rel);
+        let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
+        let file_schema = builder.schema().clone();
+        let mut indices = Vec::with_capacity(keyset.names.len());
+        for n in &keyset.names {
+            match file_schema.index_of(n) {
+                Ok(i) => indices.push(i),
+                Err(_) => return Ok(Merged::Replace(format!("data file `{rel}` has no key column `{n}`"))),
+            }
+        }
+        let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+        let mut holds = false;
+        for batch in
+            builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))?
+        {
+            let batch = batch.map_err(arrow_err(table, &path))?;
+            match keyset.matches(&batch) {
+                Ok(Some(m)) if m.true_count() > 0 => {
+                    holds = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(reason) => return Ok(Merged::Replace(reason)),
+            }
+        }
+        if !holds {
+            continue;
+        }
+        let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
+        let mut out =
+            NewFile::create(dir, format!("part-r{rewritten:05}-{tag}.parquet"), file_schema.clone(), props, table)?;
+        rewritten += 1;
+        for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))? {
+            let batch = batch.map_err(arrow_err(table, &path))?;
+            let m = match keyset.matches(&batch) {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
+                Err(reason) => return Ok(Merged::Replace(reason)),
+            };
+            report.rows_removed += m.true_count() as u64;
+            let kept = filter_record_batch(&batch, &not(&m)).map_err(arrow_err(table, &path))?;
+            out.write(&kept, table)?;
+        }
+        report.files_rewritten += 1;
+        report.bytes_rewritten += size.max(0) as u64;
+        actions.push(Action::Remove(remove));
+        if let Some((add, r)) = out.finish(table)? {
+            actions.push(add);
+            files.push(r);
+        }
+    }
+    if let Some((add, r)) = upserts.finish(table)? {
+        actions.push(add);
+        files.push(r);
+    }
+    report.files_added = files.len() as u64;
+    report.bytes_added = files.iter().map(|f| f.bytes).sum();
+    if actions.is_empty() && plan.new_delta.is_none() {
+        report.mode = "unchanged".into();
+        return Ok(Merged::Done { version: current_version, report, files });
+    }
+    sync(dir)?;
+    if let Some(schema) = &plan.new_delta {
+        let metadata = snapshot
+            .metadata()
+            .clone()
+            .with_schema(schema)
+            .map_err(|e| fail(deltalake::DeltaTableError::Generic(e.to_string())))?;
+        actions.insert(0, Action::Metadata(metadata));
+    }
+    let mut props_commit = CommitProperties::default();
+    if let Some(v) = txn_version {
+        props_commit = props_commit.with_application_transaction(Transaction::new(TXN_APP_ID, v));
+    }
+    let operation = DeltaOperation::Merge {
+        predicate: None,
+        merge_predicate: Some(format!("key columns {}", keyset.names.join(", "))),
+        matched_predicates: Vec::new(),
+        not_matched_predicates: Vec::new(),
+        not_matched_by_source_predicates: Vec::new(),
+    };
+    let log_store = table_handle.log_store();
+    let committed = crate::store::io_runtime()
+        .block_on(async {
+            CommitBuilder::from(props_commit).with_actions(actions).build(Some(snapshot), log_store, operation).await
+        })
+        .map_err(&fail)?;
+    Ok(Merged::Done { version: committed.version(), report, files })
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::Field;
+
+    use super::*;
+
+    fn schema(fields: Vec<Field>) -> Schema {
+        Schema::new(fields)
+    }
+
+    fn plan(current: &Schema, new: &Schema) -> Result<Plan, String> {
+        let delta = delta_schema("t", current).unwrap();
+        plan_schema("t", &delta, current, new)
+    }
+
+    #[test]
+    fn a_table_keeps_its_columns_and_gains_new_ones() {
+        let current = schema(vec![
+            Field::new("pk", DataType::Utf8, false),
+            Field::new("gone", DataType::Utf8, true),
+            Field::new("n", DataType::Decimal128(38, 4), true),
+        ]);
+        let new = schema(vec![
+            Field::new("pk", DataType::Utf8, false),
+            Field::new("n", DataType::Int64, true),
+            Field::new("added", DataType::Boolean, false),
+        ]);
+        let p = plan(&current, &new).unwrap();
+        let names: Vec<&str> = p.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["pk", "gone", "n", "added"]);
+        assert!(matches!(&p.fills[1], Fill::Null));
+        assert!(matches!(&p.fills[2], Fill::Column(c, Some(DataType::Decimal128(38, 4))) if c == "n"));
+        assert_eq!(p.added, ["added"]);
+        let evolved = p.new_delta.unwrap();
+        assert!(evolved.field("added").unwrap().nullable, "an added column is nullable: old rows lack it");
+        assert_eq!(evolved.fields().count(), 4);
+
+        // Laid out: the int64 column cast exactly into the decimal, the gone column null.
+        let batch = RecordBatch::try_new(
+            Arc::new(new.clone()),
+            vec![
+                Arc::new(datafusion::arrow::array::StringArray::from(vec!["a"])),
+                Arc::new(datafusion::arrow::array::Int64Array::from(vec![12])),
+                Arc::new(BooleanArray::from(vec![true])),
+            ],
+        )
+        .unwrap();
+        let p = plan(&current, &new).unwrap();
+        let laid = conform(&batch, &p).unwrap();
+        assert!(laid.column(1).is_null(0));
+        let n = laid.column(2).as_any().downcast_ref::<datafusion::arrow::array::Decimal128Array>().unwrap();
+        assert_eq!(n.value_as_string(0), "12.0000");
+    }
+
+    #[test]
+    fn a_wider_or_other_type_is_not_merged() {
+        let current = schema(vec![Field::new("pk", DataType::Utf8, false), Field::new("n", DataType::Int64, true)]);
+        let wider = schema(vec![Field::new("pk", DataType::Utf8, false), Field::new("n", DataType::Utf8, true)]);
+        assert!(plan(&current, &wider).err().unwrap().contains("column `n`"));
+        let narrow_decimal =
+            schema(vec![Field::new("pk", DataType::Utf8, false), Field::new("n", DataType::Decimal128(10, 2), true)]);
+        assert!(plan(&current, &narrow_decimal).is_err());
+        // A non-null column the new rows would leave null.
+        let no_pk = schema(vec![Field::new("n", DataType::Int64, true)]);
+        assert!(plan(&current, &no_pk).err().unwrap().contains("`pk`"));
+    }
+}

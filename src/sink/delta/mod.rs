@@ -1,0 +1,482 @@
+//! Delta Lake output (`--format delta`, local folders): every table of a run becomes a Delta
+//! table under `DIR/<table>/`. A full export (or a chain from one) creates or replaces each table
+//! by ONE Delta commit whose data files are exactly the Parquet parts the pipeline wrote through
+//! [`PartWriter`] (same bytes, types and field metadata as the Parquet output). Incremental
+//! exports applied onto a Delta output are ONE copy-on-write MERGE commit per table ([`merge`]):
+//! only the files holding a changed key are rewritten. `_etl/run.json`, written last, records
+//! each table's committed version (also in the run state, `_etl/state.json`).
+//!
+//! Every commit carries a Delta `txn` (app id `etl`, version: up to when the exports applied
+//! cover the table, in microseconds since the epoch). Merging, a table whose `txn` already covers
+//! the run is skipped: a run that stopped between two table commits completes on a re-run without
+//! applying anything twice. A full export replaces every table whatever its `txn` (replacing twice
+//! is replacing once), older or newer than what the output held, as a Parquet output is replaced.
+//!
+//! Parts are staged beside `DIR` (the local sink's [`Staging`], which also holds `DIR`'s lock and
+//! refuses a second run), then renamed into `DIR/<table>/` under run-unique names and committed
+//! with an `add` action each (and a `remove` for every file of the version replaced). A reader of
+//! one table sees the previous version or the new one, never a mix; across tables, `etl sql` reads
+//! the versions `_etl/run.json` names, so it sees one run's tables or the previous run's. Files a
+//! replaced version removed stay on disk (Delta time travel reads them) until a vacuum, which is
+//! not done here. The exports read are kept under `_etl/base/` (published after the table commits,
+//! before `_etl/run.json`), as a Parquet output keeps them. This module never vacuums, and never
+//! writes an object store.
+
+pub mod merge;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::error::ArrowError;
+use datafusion::parquet::file::properties::WriterProperties;
+use deltalake::DeltaTableError;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::{Action, Add, StructType, Transaction};
+use deltalake::operations::create::CreateBuilder;
+use deltalake::protocol::SaveMode;
+
+use super::local::{RUN_REPORT, Staging};
+use super::manifest::{self, RunManifest};
+use super::{Committed, PartWriter, Sink, SinkError};
+use crate::schema::TableSchema;
+
+/// The folder of a Delta table's log, inside the table's folder.
+pub const DELTA_LOG: &str = "_delta_log";
+/// The application id of the Delta `txn` every etl commit carries.
+pub const TXN_APP_ID: &str = "etl";
+
+/// What the Delta sink needs to know of a run before its commit.
+#[derive(Debug, Clone, Default)]
+pub struct DeltaRun {
+    /// The `txn` version of this run's commits: up to when its exports cover the table, in
+    /// microseconds since the epoch (`None` for inputs that are not exports).
+    pub txn_version: Option<i64>,
+    /// Set when incremental exports are applied onto an existing output: MERGE each table.
+    pub merge: Option<MergeKeys>,
+}
+
+/// The keys a run's new incremental exports changed.
+#[derive(Debug, Clone, Default)]
+pub struct MergeKeys {
+    /// The table's key attribute names, sorted.
+    pub key_attributes: Vec<String>,
+    /// Each changed key once, as a DynamoDB JSON object of its key attributes.
+    pub keys: Vec<String>,
+}
+
+/// Why a Delta output cannot be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum DeltaError {
+    #[error(
+        "`{path}` holds a Parquet etl output; `--format delta` writes into a new or empty folder or an earlier Delta output"
+    )]
+    ParquetOutput { path: String },
+    #[error("`{path}` holds files that are not an etl output; `--format delta` never writes beside them")]
+    NotEmpty { path: String },
+    #[error("`--format delta` writes local folders only, not `{url}` yet")]
+    ObjectStore { url: String },
+    #[error("table `{table}` has no Delta schema: {source}")]
+    Schema { table: String, source: ArrowError },
+    #[error("committing Delta table `{table}` at `{path}`: {source}")]
+    Commit { table: String, path: String, source: Box<DeltaTableError> },
+    #[error("opening Delta table `{table}` at `{path}` (version {version}): {source}")]
+    Open { table: String, path: String, version: u64, source: Box<DeltaTableError> },
+}
+
+impl DeltaError {
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            DeltaError::ParquetOutput { .. } | DeltaError::NotEmpty { .. } => Some(
+                "choose another `--out` for the Delta tables, or drop `--format delta` to replace the output as Parquet",
+            ),
+            DeltaError::ObjectStore { .. } => Some(
+                "write the Delta tables to a local `--out` folder, or drop `--format delta` to write Parquet to the object store",
+            ),
+            DeltaError::Schema { .. } => Some("this is a bug in etl; please report it with the run's input if you can"),
+            DeltaError::Commit { .. } | DeltaError::Open { .. } => None,
+        }
+    }
+}
+
+/// The sink for `--out DIR --format delta`.
+pub struct DeltaSink {
+    target: PathBuf,
+    staging: Staging,
+    scratch: PathBuf,
+    props: WriterProperties,
+    /// Names this run's data files: `part-00000-<tag>.parquet`.
+    tag: String,
+    run: DeltaRun,
+}
+
+impl DeltaSink {
+    /// Locks `target` and checks that it is absent, empty, or an earlier Delta output.
+    pub fn create(target: &Path, props: WriterProperties) -> Result<DeltaSink, SinkError> {
+        // Never `--overwrite` here: Delta tables are replaced by commits, never by deleting files.
+        let staging = match Staging::create(target, false) {
+            Err(SinkError::NotEtlOutput { path }) => return Err(DeltaError::NotEmpty { path }.into()),
+            other => other?,
+        };
+        if target.join(RUN_REPORT).is_file() && !is_delta_output(&RunManifest::read(target)?) {
+            return Err(DeltaError::ParquetOutput { path: target.display().to_string() }.into());
+        }
+        let scratch = super::scratch_dir(staging.path());
+        fs::create_dir_all(&scratch).map_err(SinkError::io("create", &scratch))?;
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let tag = format!("{}-{nanos}", std::process::id());
+        Ok(DeltaSink { target: target.to_owned(), staging, scratch, props, tag, run: DeltaRun::default() })
+    }
+}
+
+/// Whether a run manifest is that of a Delta output (its tables record Delta versions).
+pub fn is_delta_output(m: &RunManifest) -> bool {
+    !m.tables.is_empty() && m.tables.iter().all(|t| t.delta_version.is_some())
+}
+
+/// Whether `dir` is a Delta table (it has a `_delta_log/` folder).
+pub fn is_delta_table(dir: &Path) -> bool {
+    dir.join(DELTA_LOG).is_dir()
+}
+
+/// The Delta schema of an Arrow schema, field metadata (e.g. `dynamodb.type`) included.
+pub fn delta_schema(table: &str, schema: &Schema) -> Result<StructType, DeltaError> {
+    schema.try_into_kernel().map_err(|source| DeltaError::Schema { table: table.to_owned(), source })
+}
+
+/// The `add` action of one data file: `rel` is its path inside the table.
+fn add_action(rel: String, path: &Path, rows: u64) -> Result<Add, SinkError> {
+    let meta = fs::metadata(path).map_err(SinkError::io("inspect", path))?;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i64);
+    Ok(Add {
+        path: rel,
+        partition_values: HashMap::new(),
+        size: meta.len() as i64,
+        modification_time: modified,
+        data_change: true,
+        stats: Some(format!("{{\"numRecords\":{rows}}}")),
+        ..Default::default()
+    })
+}
+
+fn sync(path: &Path) -> Result<(), SinkError> {
+    fs::File::open(path).and_then(|f| f.sync_all()).map_err(SinkError::io("sync", path))
+}
+
+impl Sink for DeltaSink {
+    fn scratch(&self) -> &Path {
+        &self.scratch
+    }
+
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
+        PartWriter::create(self.staging.path(), table, part, schema, &self.props)
+    }
+
+    fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {
+        let plain = !rel.is_empty()
+            && rel.split('/').all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'))
+            && Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain {
+            return Err(SinkError::Io {
+                action: "keep",
+                path: rel.to_owned(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a relative path of plain names"),
+            });
+        }
+        let to = self.staging.path().join(rel);
+        if let Some(dir) = to.parent() {
+            fs::create_dir_all(dir).map_err(SinkError::io("create", dir))?;
+        }
+        // Kept already: the same file listed by two exports, or by the output's own `_etl/base/`
+        // (linked: the published copy is replaced by the staged one when the run commits).
+        if fs::symlink_metadata(&to).is_ok() {
+            return Ok(Some(to));
+        }
+        let published = self.target.join(rel);
+        if (published.is_file() && fs::hard_link(&published, &to).is_ok()) || (link && fs::hard_link(from, &to).is_ok())
+        {
+            return Ok(Some(to));
+        }
+        if let Err(e) = fs::copy(from, &to) {
+            let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
+            return Err(SinkError::io("copy", at)(e));
+        }
+        Ok(Some(to))
+    }
+
+    fn delta_run(&mut self, run: DeltaRun) {
+        self.run = run;
+    }
+
+    fn commit(
+        self: Box<Self>,
+        mut manifest: RunManifest,
+        schemas: &[TableSchema],
+    ) -> Result<(RunManifest, Committed), SinkError> {
+        let DeltaSink { target, staging, scratch, props, tag, run } = *self;
+        fs::remove_dir_all(&scratch).map_err(SinkError::io("remove", &scratch))?;
+        let contracts: HashMap<&str, &TableSchema> = schemas.iter().map(|s| (s.table.as_str(), s)).collect();
+        let mut files = 0;
+        let mut bytes = 0;
+        let mut versions = std::collections::BTreeMap::new();
+        // The tables of the output this run replaces, to empty those it no longer has.
+        let previous = if target.join(RUN_REPORT).is_file() { Some(RunManifest::read(&target)?) } else { None };
+        for table in &mut manifest.tables {
+            let dir = target.join(&table.name);
+            let path = dir.display().to_string();
+            let staged: Vec<PathBuf> = table.files.iter().map(|f| staging.path().join(&f.path)).collect();
+            let schema = match (staged.first(), contracts.get(table.name.as_str())) {
+                (Some(p), _) => written_schema(p, &table.name)?,
+                (None, Some(c)) => c.arrow_schema(),
+                (None, None) => (*crate::normalize::rejects_schema()).clone(),
+            };
+            let existing = if is_delta_table(&dir) {
+                let open = |source| DeltaError::Open {
+                    table: table.name.clone(),
+                    path: path.clone(),
+                    version: 0,
+                    source: Box::new(source),
+                };
+                Some(open_latest(&dir).map_err(open)?)
+            } else {
+                None
+            };
+            // Merging: a table whose `txn` already covers this run was merged by an earlier
+            // attempt. (A full export replaces every table whatever its `txn`: replacing twice
+            // is the same as once.)
+            if let (Some(t), Some(want), Some(_)) = (&existing, run.txn_version, &run.merge) {
+                let have = txn_version(t).map_err(|source| DeltaError::Commit {
+                    table: table.name.clone(),
+                    path: path.clone(),
+                    source: Box::new(source),
+                })?;
+                let covered = have.is_some_and(|h| h >= want);
+                if covered {
+                    let version = t.version().unwrap_or_default();
+                    tracing::info!(table = %table.name, version, "the table's Delta transaction covers this run: skipped");
+                    table.delta_version = Some(version);
+                    table.delta_merge = Some(manifest::DeltaMerge { mode: "skipped".into(), ..Default::default() });
+                    table.files.clear();
+                    versions.insert(table.name.clone(), version);
+                    continue;
+                }
+            }
+            let mut replace_reason = None;
+            if let (Some(keys), Some(t)) = (&run.merge, existing) {
+                let merged = merge::merge(merge::MergeInput {
+                    table: &table.name,
+                    dir: &dir,
+                    table_handle: t,
+                    parts: staged.clone(),
+                    new_schema: std::sync::Arc::new(schema.clone()),
+                    contract: contracts.get(table.name.as_str()).copied(),
+                    key_attributes: &keys.key_attributes,
+                    keys: &keys.keys,
+                    txn_version: run.txn_version,
+                    props: &props,
+                    tag: &tag,
+                })?;
+                match merged {
+                    merge::Merged::Done { version, report, files: added } => {
+                        tracing::info!(table = %table.name, version, files_rewritten = report.files_rewritten, bytes_rewritten = report.bytes_rewritten, "merged the Delta table");
+                        files += added.len();
+                        bytes += added.iter().map(|f| f.bytes).sum::<u64>();
+                        table.files = added;
+                        table.delta_version = Some(version);
+                        table.delta_merge = Some(report);
+                        versions.insert(table.name.clone(), version);
+                        super::faults::point("delta-table-committed");
+                        continue;
+                    }
+                    merge::Merged::Replace(reason) => {
+                        tracing::warn!(table = %table.name, %reason, "the Delta table is replaced whole");
+                        replace_reason = Some(reason);
+                    }
+                }
+            }
+            fs::create_dir_all(&dir).map_err(SinkError::io("create", &dir))?;
+            let mut adds = Vec::with_capacity(table.files.len());
+            for (f, from) in table.files.iter_mut().zip(&staged) {
+                let file_name = Path::new(&f.path)
+                    .file_stem()
+                    .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
+                    .unwrap_or_else(|| format!("part-{tag}.parquet"));
+                let to = dir.join(&file_name);
+                sync(from)?;
+                fs::rename(from, &to).map_err(SinkError::io("move a data file into", &dir))?;
+                adds.push(Action::Add(add_action(file_name.clone(), &to, f.rows)?));
+                f.path = format!("{}/{file_name}", table.name);
+                files += 1;
+                bytes += f.bytes;
+            }
+            sync(&dir)?;
+            let columns = delta_schema(&table.name, &schema)?;
+            let version = commit_table(&dir, &table.name, columns, adds, run.txn_version)?;
+            tracing::info!(table = %table.name, version, "committed the Delta table");
+            table.delta_version = Some(version);
+            if run.merge.is_some() {
+                let added = table.files.len() as u64;
+                table.delta_merge = Some(manifest::DeltaMerge {
+                    mode: "replace".into(),
+                    reason: replace_reason.or_else(|| Some("the table is new".into())),
+                    changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
+                    rows_upserted: table.rows,
+                    files_added: added,
+                    bytes_added: table.bytes(),
+                    ..Default::default()
+                });
+            }
+            versions.insert(table.name.clone(), version);
+            super::faults::point("delta-table-committed");
+        }
+        // A table of the previous output that this run no longer has (every row left it, or the
+        // full export has no such items) is emptied by one commit, so a Delta reader sees its true
+        // current state; like a Parquet output, `run.json` no longer lists it.
+        let kept: std::collections::HashSet<&str> = manifest.tables.iter().map(|t| t.name.as_str()).collect();
+        for gone in previous.iter().flat_map(|p| &p.tables).filter(|t| !kept.contains(t.name.as_str())) {
+            let dir = target.join(&gone.name);
+            if !is_delta_table(&dir) {
+                continue;
+            }
+            let path = dir.display().to_string();
+            let fail = |source| DeltaError::Open {
+                table: gone.name.clone(),
+                path: path.clone(),
+                version: 0,
+                source: Box::new(source),
+            };
+            let t = open_latest(&dir).map_err(fail)?;
+            let columns = StructType::clone(&t.snapshot().map_err(fail)?.schema());
+            let version = commit_table(&dir, &gone.name, columns, Vec::new(), run.txn_version)?;
+            tracing::info!(table = %gone.name, version, "emptied the Delta table: this run has no rows for it");
+            super::faults::point("delta-table-committed");
+        }
+        // The exports read, kept for later applies, replace the previous ones once every table
+        // is committed (the previous `_etl/base/` goes with the staging folder).
+        let base = target.join(crate::pipeline::apply::BASE_DIR);
+        if base.is_dir() {
+            let old = staging.path().join("_etl/base-replaced");
+            fs::rename(&base, &old).map_err(SinkError::io("replace", &base))?;
+        }
+        let staged_base = staging.path().join(crate::pipeline::apply::BASE_DIR);
+        if staged_base.is_dir() {
+            let etl_dir = target.join("_etl");
+            fs::create_dir_all(&etl_dir).map_err(SinkError::io("create", &etl_dir))?;
+            sync(&staged_base)?;
+            fs::rename(&staged_base, &base).map_err(SinkError::io("publish", &staged_base))?;
+        }
+        if let Some(state) = &mut manifest.state {
+            state.delta_versions = versions;
+        }
+        // `_etl/run.json` last: written into the staging folder, then renamed over the previous.
+        manifest::write(staging.path(), &manifest, schemas)
+            .map_err(SinkError::io("write the run manifest in", staging.path()))?;
+        let schema_dir = target.join(manifest::SCHEMA_DIR);
+        fs::create_dir_all(&schema_dir).map_err(SinkError::io("create", &schema_dir))?;
+        for s in schemas {
+            let name = format!("{}.json", s.table);
+            let from = staging.path().join(manifest::SCHEMA_DIR).join(&name);
+            fs::rename(&from, schema_dir.join(&name)).map_err(SinkError::io("publish", &from))?;
+        }
+        // The run state: this run's, or none (a previous one would name exports no longer held).
+        let state_file = staging.path().join(crate::state::STATE_FILE);
+        let published_state = target.join(crate::state::STATE_FILE);
+        if state_file.is_file() {
+            sync(&state_file)?;
+            fs::rename(&state_file, &published_state).map_err(SinkError::io("publish", &state_file))?;
+        } else if published_state.is_file() {
+            fs::remove_file(&published_state).map_err(SinkError::io("remove", &published_state))?;
+        }
+        let from = staging.path().join(RUN_REPORT);
+        sync(&from)?;
+        fs::rename(&from, target.join(RUN_REPORT)).map_err(SinkError::io("publish", &from))?;
+        sync(&schema_dir)?;
+        // Dropping the staging folder removes what is left of it, then releases the lock.
+        drop(staging);
+        Ok((manifest, Committed { run_id: None, files, bytes, deleted: 0 }))
+    }
+}
+
+/// The Delta table at `dir`, at its latest version.
+fn open_latest(dir: &Path) -> Result<deltalake::DeltaTable, DeltaTableError> {
+    let abs = fs::canonicalize(dir).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
+    let url = url::Url::from_directory_path(&abs)
+        .map_err(|()| DeltaTableError::Generic(format!("`{}` has no file URL", abs.display())))?;
+    crate::store::io_runtime().block_on(deltalake::open_table(url))
+}
+
+/// The version of the last etl `txn` committed to `table`.
+fn txn_version(table: &deltalake::DeltaTable) -> Result<Option<i64>, DeltaTableError> {
+    let snapshot = table.snapshot()?;
+    let log_store = table.log_store();
+    crate::store::io_runtime().block_on(snapshot.transaction_version(log_store.as_ref(), TXN_APP_ID))
+}
+
+/// The Arrow schema a part file was written with (etl's types and field metadata).
+fn written_schema(path: &Path, table: &str) -> Result<Schema, SinkError> {
+    let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
+    let reader = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|source| SinkError::Part { table: table.to_owned(), path: path.display().to_string(), source })?;
+    Ok(reader.schema().as_ref().clone())
+}
+
+/// One commit that creates the table at `dir`, or replaces every file of its current version
+/// with `adds` (and its schema with `columns`), with the run's `txn`. Returns the committed version.
+fn commit_table(
+    dir: &Path,
+    table: &str,
+    columns: StructType,
+    adds: Vec<Action>,
+    txn: Option<i64>,
+) -> Result<u64, SinkError> {
+    let path = dir.display().to_string();
+    let fail = |source: DeltaTableError| {
+        SinkError::from(DeltaError::Commit { table: table.to_owned(), path: path.clone(), source: Box::new(source) })
+    };
+    let mut props = CommitProperties::default();
+    if let Some(v) = txn {
+        props = props.with_application_transaction(Transaction::new(TXN_APP_ID, v));
+    }
+    let builder = CreateBuilder::new()
+        .with_location(path.clone())
+        .with_table_name(table)
+        .with_columns(columns.fields().cloned())
+        .with_save_mode(SaveMode::Overwrite)
+        .with_commit_properties(props)
+        .with_actions(adds);
+    let committed = crate::store::io_runtime().block_on(async { builder.await }).map_err(fail)?;
+    committed.version().ok_or_else(|| fail(DeltaTableError::Generic("the commit returned no version".into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
+
+    use super::*;
+
+    #[test]
+    fn field_metadata_and_types_carry_into_the_delta_schema() {
+        let meta = HashMap::from([("dynamodb.type".to_owned(), "N".to_owned())]);
+        let schema = Schema::new(vec![
+            Field::new("pk", DataType::Utf8, false),
+            Field::new("n", DataType::Decimal128(38, 4), true).with_metadata(meta),
+            Field::new("at", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), true),
+            Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+        ]);
+        let delta = delta_schema("t", &schema).unwrap();
+        let names: Vec<&str> = delta.fields().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["pk", "n", "at", "tags"]);
+        let n = delta.field("n").unwrap();
+        assert!(n.metadata.contains_key("dynamodb.type"), "{:?}", n.metadata);
+        assert!(!delta.field("pk").unwrap().nullable);
+    }
+}
