@@ -76,13 +76,25 @@ impl ApplyError {
     }
 }
 
-/// The state of the output at `target` before this run: a local output's `_etl/state.json`, or
-/// the `state` in the committed `_etl/run.json` of an object-store output as the sink read it
-/// when it was opened (the head its commit is conditional on; `_etl/state.json` is its copy).
+/// The state of the output at `target` before this run: the `state` of its committed
+/// `_etl/run.json` (for an object-store output, as the sink read it when it was opened: the head
+/// its commit is conditional on). Never `_etl/state.json`, the copy for people and scripts: a
+/// Delta output publishes that copy, and `_etl/base/`, just before `_etl/run.json`, so after a
+/// crash between the two they are ahead of what the output committed.
 pub fn previous_state(target: &Target, sink: &dyn Sink) -> Result<Option<RunState>, UnwindError> {
+    Ok(previous_manifest(target, sink)?.and_then(|m| m.state))
+}
+
+/// The committed `_etl/run.json` of the output at `target`, if it has one.
+fn previous_manifest(target: &Target, sink: &dyn Sink) -> Result<Option<RunManifest>, UnwindError> {
     match target {
-        Target::Path(out) => Ok(state::read_local(out)?),
-        Target::Object(_) => Ok(sink.previous().and_then(|m| m.state.clone())),
+        Target::Path(out) => {
+            if !out.join(crate::sink::local::RUN_REPORT).is_file() {
+                return Ok(None);
+            }
+            Ok(Some(RunManifest::read(out).map_err(SinkError::from)?))
+        }
+        Target::Object(_) => Ok(sink.previous().cloned()),
     }
 }
 
@@ -117,13 +129,19 @@ pub fn prepare(
             object_base(url, head, settings, spool)?
         }
     };
-    let recorded = previous_state(target, sink)?;
+    let committed = previous_manifest(target, sink)?;
+    let recorded = committed.as_ref().and_then(|m| m.state.clone());
     if let Some(prev) = &recorded {
         let hash = settings.mapping.as_deref().and_then(|m| state::mapping_hash(&m.files));
         let next = state::RunState { mapping_hash: hash, ..prev.clone() };
         state::check_mapping(prev, &next, &out_text)?;
     }
-    let prev = recorded.unwrap_or_else(|| state::of_exports(&base.exports, &[], None));
+    // An output that recorded no state (made from a full export alone) holds the exports its
+    // commit lists; `_etl/base/` may hold more after a crash (see `previous_state`).
+    let prev = recorded.unwrap_or_else(|| match &committed {
+        Some(m) => state::of_exports(&m.exports, &[], None),
+        None => state::of_exports(&base.exports, &[], None),
+    });
     let named: Vec<AppliedExport> = plan.exports.iter().map(AppliedExport::of).collect();
     if state::compare_named(&prev, &named, &out_text)? == Compared::AlreadyApplied {
         let ids = named.iter().map(|a| format!("`{}`", a.export_id)).collect::<Vec<_>>();
@@ -136,9 +154,12 @@ pub fn prepare(
     let named = plan.retain_exports(|e| !held.iter().any(|(id, md5)| *id == export_id(e) && *md5 == e.summary_md5));
     let previous_export = state::last_applied(&prev).map(|a| a.export_id.clone());
     let mut merged = base;
-    let first_new = merged.exports.len();
     merged.append(named);
-    let new_exports = (first_new..merged.exports.len()).collect();
+    // New: every export the output's commit does not hold, kept ahead in `_etl/base/` or named.
+    let applied = |e: &crate::source::ExportInfo| {
+        prev.applied.iter().any(|a| a.export_id == export_id(e) && a.manifest_md5 == e.summary_md5)
+    };
+    let new_exports = (0..merged.exports.len()).filter(|&i| !applied(&merged.exports[i])).collect();
     Ok((merged, Some(Onto { new_exports, previous_export })))
 }
 

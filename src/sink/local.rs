@@ -527,7 +527,7 @@ pub fn interrupted_publish(dir: &Path) -> Option<PathBuf> {
 }
 
 #[cfg(target_os = "linux")]
-fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+pub(in crate::sink) fn exchange(a: &Path, b: &Path) -> io::Result<()> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     if faults::no_rename_exchange() {
@@ -543,7 +543,7 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn exchange(_a: &Path, _b: &Path) -> io::Result<()> {
+pub(in crate::sink) fn exchange(_a: &Path, _b: &Path) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 

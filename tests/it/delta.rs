@@ -479,6 +479,117 @@ fn a_repeated_apply_is_a_no_op_and_a_crash_between_table_commits_completes_on_re
     assert_eq!(log_lengths(&out), done);
 }
 
+/// `kill -9` at random times while an incremental export merges into a Delta output: every
+/// table's latest version reads as the table before the apply or after it, never a mix; `etl sql`
+/// still opens the output; a re-run completes with the export applied once to every table.
+#[test]
+fn kill_9_at_random_points_of_a_merge_keeps_every_table_whole() {
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let (before_ref, after_ref) = (tmp.path().join("p0"), tmp.path().join("p1"));
+    unwind(&[&full], &before_ref, &[], 0);
+    unwind(&[&full, &incs[0]], &after_ref, &[], 0);
+    let (before, after) = (table_rows(&before_ref), table_rows(&after_ref));
+    let apply_at = |out: &Path, kill_at: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+            .args(["unwind", "-q", "--format", "delta", "--out"])
+            .arg(out)
+            .arg(&incs[0])
+            .env("ETL_TEST_KILL_AT", kill_at)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let apply = |out: &Path| apply_at(out, "");
+    // One whole apply, timed, so the kills land inside an apply's span.
+    let timed = tmp.path().join("timed");
+    unwind(&[&full], &timed, &["--format", "delta"], 0);
+    let start = Instant::now();
+    let status = wait_or_kill(&mut apply(&timed), start, Duration::from_secs(120), "etl");
+    assert!(status.success());
+    let span = start.elapsed();
+    let mut rng = Rng::new("kill_9_at_random_points_of_a_merge_keeps_every_table_whole");
+    let (mut landed, mut mixed_runs) = (0, 0);
+    // Kills at the commit's steps (the first table committed; every table committed and
+    // `_etl/base/` swapped; `_etl/state.json` copied, `_etl/run.json` not yet), then at random
+    // times.
+    let points = ["delta-table-committed", "delta-base-kept", "delta-state-copied"];
+    for n in 0..points.len() + 8 {
+        let out = tmp.path().join(format!("out-{n}"));
+        unwind(&[&full], &out, &["--format", "delta"], 0);
+        let after_full = log_lengths(&out);
+        let mut child = apply_at(&out, points.get(n).copied().unwrap_or(""));
+        if n >= points.len() {
+            std::thread::sleep(span.mul_f64(rng.unit()));
+            let _ = child.kill();
+        }
+        let status = wait_or_kill(&mut child, Instant::now(), Duration::from_secs(120), "etl");
+        let at = format!("case {n}: {status:?}");
+        if status.signal() == Some(libc::SIGKILL) {
+            landed += 1;
+        } else {
+            assert!(status.success(), "{at}");
+        }
+        // Each Delta table's latest version: the rows before the apply or after it.
+        let (mut old, mut new) = (0, 0);
+        for e in std::fs::read_dir(&out).unwrap() {
+            let dir = e.unwrap().path();
+            let log = dir.join("_delta_log");
+            if !log.is_dir() {
+                continue;
+            }
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let commits = std::fs::read_dir(&log)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".json"))
+                .count() as u64;
+            let rows = version_rows(&dir, commits - 1);
+            let (b, a) =
+                (before.get(&name).cloned().unwrap_or_default(), after.get(&name).cloned().unwrap_or_default());
+            assert!(rows == b || rows == a, "{at}: `{name}` at version {} is neither state", commits - 1);
+            if rows == a && a != b {
+                new += 1;
+            } else if a != b {
+                old += 1;
+            }
+        }
+        if old > 0 && new > 0 {
+            mixed_runs += 1;
+        }
+        // `etl sql` opens what `_etl/run.json` names, before or after the apply.
+        let (rt, session) = session(&out);
+        for t in session.tables() {
+            let n = count(&rt, &session, &t.name) as usize;
+            let (b, a) = (before.get(&t.name).map_or(0, Vec::len), after.get(&t.name).map_or(0, Vec::len));
+            assert!(n == b || n == a, "{at}: `etl sql` counts {n} rows of `{}`", t.name);
+        }
+        drop(session);
+        drop(rt);
+        // The re-run completes the apply; no table holds the export twice.
+        let status = wait_or_kill(&mut apply(&out), Instant::now(), Duration::from_secs(120), "etl");
+        assert!(status.success(), "{at}: the re-run failed");
+        let report = run_report(&out);
+        assert_eq!(report["state"]["applied"].as_array().map(Vec::len), Some(2), "{at}: the commit holds both exports");
+        let step = versions(&out);
+        for (name, rows) in &after {
+            assert_eq!(&version_rows(&out.join(name), step[name]), rows, "{at}: `{name}` after the re-run");
+        }
+        for (name, n) in log_lengths(&out) {
+            let grew = n - after_full.get(&name).copied().unwrap_or(0);
+            assert!(grew <= 1, "{at}: `{name}` applied {grew} times");
+        }
+    }
+    eprintln!(
+        "kill_9_at_random_points_of_a_merge_keeps_every_table_whole: {landed} of {} kills landed, {mixed_runs} between two table commits",
+        points.len() + 8
+    );
+    assert!(landed > points.len(), "the kills at commit steps all land, and one at a random time");
+}
+
 /// The real fixture (full export and its 2 incremental exports) applied one export at a time as
 /// Delta: the 8 items of the fixture, value by value, as the Parquet output has them.
 #[test]

@@ -360,18 +360,25 @@ impl Sink for DeltaSink {
         }
         // The exports read, kept for later applies, replace the previous ones once every table
         // is committed (the previous `_etl/base/` goes with the staging folder).
+        // One exchange where the file system has it, so no moment is without a `_etl/base/`.
         let base = target.join(crate::pipeline::apply::BASE_DIR);
-        if base.is_dir() {
+        let staged_base = staging.path().join(crate::pipeline::apply::BASE_DIR);
+        if staged_base.is_dir() {
+            sync(&staged_base)?;
+            if !base.is_dir() || super::local::exchange(&staged_base, &base).is_err() {
+                if base.is_dir() {
+                    let old = staging.path().join("_etl/base-replaced");
+                    fs::rename(&base, &old).map_err(SinkError::io("replace", &base))?;
+                }
+                let etl_dir = target.join("_etl");
+                fs::create_dir_all(&etl_dir).map_err(SinkError::io("create", &etl_dir))?;
+                fs::rename(&staged_base, &base).map_err(SinkError::io("publish", &staged_base))?;
+            }
+        } else if base.is_dir() {
             let old = staging.path().join("_etl/base-replaced");
             fs::rename(&base, &old).map_err(SinkError::io("replace", &base))?;
         }
-        let staged_base = staging.path().join(crate::pipeline::apply::BASE_DIR);
-        if staged_base.is_dir() {
-            let etl_dir = target.join("_etl");
-            fs::create_dir_all(&etl_dir).map_err(SinkError::io("create", &etl_dir))?;
-            sync(&staged_base)?;
-            fs::rename(&staged_base, &base).map_err(SinkError::io("publish", &staged_base))?;
-        }
+        super::faults::point("delta-base-kept");
         if let Some(state) = &mut manifest.state {
             state.delta_versions = versions;
         }
@@ -394,6 +401,7 @@ impl Sink for DeltaSink {
         } else if published_state.is_file() {
             fs::remove_file(&published_state).map_err(SinkError::io("remove", &published_state))?;
         }
+        super::faults::point("delta-state-copied");
         let from = staging.path().join(RUN_REPORT);
         sync(&from)?;
         fs::rename(&from, target.join(RUN_REPORT)).map_err(SinkError::io("publish", &from))?;
