@@ -40,6 +40,11 @@ pub struct SqlArgs {
     /// Stop queries that run longer than this (for example `30s`, `5m`, `500ms`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Read a Delta output as an earlier run left it: an output version (0 is the first run,
+    /// then one per run) or a time (`2026-12-01T08:00:00Z`, `2026-12-01`: the last run
+    /// committed by then).
+    #[arg(long, value_name = "VERSION|TIME")]
+    pub as_of: Option<crate::sql::AsOf>,
     #[command(flatten)]
     pub aws: super::aws_args::AwsArgs,
 }
@@ -80,7 +85,7 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
-    let SqlArgs { query, data, file, params, format, output, allow_write, memory_limit, timeout, aws } = args;
+    let SqlArgs { query, data, file, params, format, output, allow_write, memory_limit, timeout, as_of, aws } = args;
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -95,7 +100,7 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
             return ExitStatus::Error;
         }
     };
-    let opts = SqlOptions { data, allow_write, memory_limit, timeout, params };
+    let opts = SqlOptions { data, allow_write, memory_limit, timeout, params, as_of };
     runtime.block_on(async move {
         let session = match Session::open(opts, &aws.options()).await {
             Ok(s) => s,
@@ -198,7 +203,7 @@ fn fail(printer: &Printer, e: &SqlError) -> ExitStatus {
     }
 }
 
-const SHELL_HELP: &str = "\\d          list tables with row counts\n\\d TABLE    show a table's columns and their DynamoDB origin\n\\q          quit\nstatements end with `;` and may span lines; up/down recall earlier statements, Ctrl-R searches them;\nCtrl-C drops the line (or cancels a running query), Ctrl-D quits";
+const SHELL_HELP: &str = "\\d          list tables with row counts (and Delta versions)\n\\d TABLE    show a table's columns and their DynamoDB origin (and Delta commit)\n\\q          quit\nstatements end with `;` and may span lines; up/down recall earlier statements, Ctrl-R searches them;\nCtrl-C drops the line (or cancels a running query), Ctrl-D quits";
 
 /// The history file, shared by every session of the user.
 fn history_path() -> Option<PathBuf> {
@@ -400,6 +405,20 @@ fn shown_or_quit(printer: &Printer, shown: std::io::Result<()>) -> Next {
 fn describe(session: &Session, table: Option<&str>) -> Result<String, SqlError> {
     match table {
         None => {
+            // A Delta output also shows each table's version.
+            if session.tables().iter().any(|t| t.delta.is_some()) {
+                let mut t = Table::new(&[
+                    ("table", Align::Left),
+                    ("rows", Align::Right),
+                    ("files", Align::Right),
+                    ("version", Align::Right),
+                ]);
+                for info in session.tables() {
+                    let version = info.delta.as_ref().map(|d| d.version.to_string()).unwrap_or_default();
+                    t.row([info.name.clone(), info.rows.to_string(), info.files.len().to_string(), version]);
+                }
+                return Ok(t.render());
+            }
             let mut t = Table::new(&[("table", Align::Left), ("rows", Align::Right), ("files", Align::Right)]);
             for info in session.tables() {
                 t.row([info.name.clone(), info.rows.to_string(), info.files.len().to_string()]);
@@ -413,10 +432,20 @@ fn describe(session: &Session, table: Option<&str>) -> Result<String, SqlError> 
                 ("nullable", Align::Left),
                 ("dynamodb", Align::Left),
             ]);
-            for c in session.table(name)?.columns() {
+            let info = session.table(name)?;
+            for c in info.columns() {
                 t.row([c.name, c.type_name, if c.nullable { "yes" } else { "no" }.to_owned(), c.origin]);
             }
-            Ok(t.render())
+            let mut shown = t.render();
+            if let Some(d) = &info.delta {
+                let commit = match (&d.operation, &d.committed_at) {
+                    (Some(op), Some(at)) => format!(", committed {at} by `{op}`"),
+                    (None, Some(at)) => format!(", committed {at}"),
+                    _ => String::new(),
+                };
+                shown.push_str(&format!("Delta table at version {}{commit}\n", d.version));
+            }
+            Ok(shown)
         }
     }
 }

@@ -337,6 +337,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         chain: chain_report,
         drift,
         state,
+        delta_history: Vec::new(),
         warnings,
         timings_ms: Timings {
             resolve: t_resolve.as_millis() as u64,

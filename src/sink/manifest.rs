@@ -73,6 +73,10 @@ pub struct RunManifest {
     /// The exports the output holds (chain runs); also copied to `_etl/state.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<crate::state::RunState>,
+    /// Delta outputs: every run that committed, oldest first, with each table's version after
+    /// it; `etl sql --as-of` reads an earlier entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delta_history: Vec<OutputVersion>,
     pub warnings: Vec<String>,
     pub timings_ms: Timings,
     /// Set by an object-store commit: the run's id, which its file names carry.
@@ -84,6 +88,82 @@ pub struct RunManifest {
     /// Set by an object-store commit: the run this one replaced (`null` for the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces_run_id: Option<Option<String>>,
+}
+
+/// A Delta output as one run left it: a consistent set of table versions, one per table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputVersion {
+    /// 0 for the first run that committed Delta tables to the output, then one more per run.
+    pub version: u64,
+    /// When the run committed (RFC 3339, UTC).
+    pub committed_at: String,
+    /// The newest export the output held after the run, when the run recorded its exports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_id: Option<String>,
+    /// Each table the output had after the run: its Delta version and row count.
+    pub tables: BTreeMap<String, TableVersion>,
+}
+
+/// One Delta table of an [`OutputVersion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableVersion {
+    pub version: u64,
+    pub rows: u64,
+}
+
+/// Which state of a Delta output `etl sql --as-of` reads: an output version (a run, counted
+/// from 0), or the last run committed at or before a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    Version(u64),
+    Time(chrono::DateTime<chrono::Utc>),
+}
+
+impl std::str::FromStr for AsOf {
+    type Err = String;
+
+    /// `3`, `2026-12-01T08:00:00Z`, `2026-12-01T08:00:00+01:00`, `2026-12-01 08:00:00` (UTC) or
+    /// `2026-12-01` (the end of that day, UTC).
+    fn from_str(s: &str) -> Result<AsOf, String> {
+        let s = s.trim();
+        if let Ok(v) = s.parse::<u64>() {
+            return Ok(AsOf::Version(v));
+        }
+        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+            return Ok(AsOf::Time(t.with_timezone(&chrono::Utc)));
+        }
+        for format in ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"] {
+            if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, format) {
+                return Ok(AsOf::Time(t.and_utc()));
+            }
+        }
+        if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            && let Some(t) = d.and_hms_milli_opt(23, 59, 59, 999)
+        {
+            return Ok(AsOf::Time(t.and_utc()));
+        }
+        Err(format!("`{s}` is neither an output version (`3`) nor a time (`2026-12-01T08:00:00Z`, `2026-12-01`)"))
+    }
+}
+
+impl std::fmt::Display for AsOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AsOf::Version(v) => write!(f, "version {v}"),
+            AsOf::Time(t) => write!(f, "{}", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        }
+    }
+}
+
+/// The entry of `history` that `as_of` names: the version itself, or the last one committed at
+/// or before the time.
+pub fn output_version(history: &[OutputVersion], as_of: AsOf) -> Option<&OutputVersion> {
+    match as_of {
+        AsOf::Version(v) => history.iter().find(|h| h.version == v),
+        AsOf::Time(t) => history.iter().rev().find(|h| {
+            chrono::DateTime::parse_from_rfc3339(&h.committed_at).is_ok_and(|c| c.with_timezone(&chrono::Utc) <= t)
+        }),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -540,5 +620,31 @@ mod tests {
         for bad in ["/etc/passwd", "../x.parquet", "user/../../x", "", "a//b", "./a", "a\\..\\b"] {
             assert!(!is_confined(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn as_of_names_a_version_or_the_last_run_committed_by_a_time() {
+        let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&chrono::Utc);
+        assert_eq!("3".parse::<AsOf>(), Ok(AsOf::Version(3)));
+        assert_eq!("2026-12-01T08:00:00+01:00".parse::<AsOf>(), Ok(AsOf::Time(t("2026-12-01T07:00:00Z"))));
+        assert_eq!("2026-12-01 08:00:00".parse::<AsOf>(), Ok(AsOf::Time(t("2026-12-01T08:00:00Z"))));
+        assert_eq!("2026-12-01".parse::<AsOf>(), Ok(AsOf::Time(t("2026-12-01T23:59:59.999Z"))));
+        for bad in ["", "-1", "yesterday", "2026-13-01"] {
+            assert!(bad.parse::<AsOf>().is_err(), "{bad}");
+        }
+        let run = |version, at: &str| OutputVersion {
+            version,
+            committed_at: at.into(),
+            export_id: None,
+            tables: BTreeMap::from([("user".to_owned(), TableVersion { version, rows: 1 })]),
+        };
+        let history = [run(0, "2026-12-01T08:00:00Z"), run(1, "2026-12-01T09:00:00Z"), run(2, "2026-12-02T09:00:00Z")];
+        let pick = |a: AsOf| output_version(&history, a).map(|h| h.version);
+        assert_eq!(pick(AsOf::Version(1)), Some(1));
+        assert_eq!(pick(AsOf::Version(3)), None);
+        assert_eq!(pick(AsOf::Time(t("2026-12-01T07:59:59Z"))), None);
+        assert_eq!(pick(AsOf::Time(t("2026-12-01T09:00:00Z"))), Some(1));
+        assert_eq!(pick("2026-12-01".parse().unwrap()), Some(1));
+        assert_eq!(pick(AsOf::Time(t("2027-01-01T00:00:00Z"))), Some(2));
     }
 }

@@ -1,7 +1,8 @@
 //! SQL over a committed output: a DataFusion `SessionContext` whose tables are exactly the files
 //! listed in `_etl/run.json`, read-only unless asked otherwise, with memory and time limits. A
 //! table that is a Delta table (`DIR/<table>/_delta_log/`, written by `--format delta`) is read
-//! through deltalake's table provider at the version `_etl/run.json` records.
+//! through deltalake's table provider at the version `_etl/run.json` records, or, with `--as-of`,
+//! at the versions an earlier run left (the output's `delta_history`).
 //!
 //! Knows nothing of how the tables were made; reads only what the sink committed. Printing
 //! results is [`format`]'s job; the interactive shell lives in the CLI.
@@ -24,6 +25,7 @@ use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 
 use crate::sink::RunManifest;
+pub use crate::sink::manifest::AsOf;
 use crate::sink::manifest::RUN_MANIFEST;
 use crate::store::{self, ObjectUrl, StoreError, Target};
 
@@ -50,6 +52,12 @@ pub enum SqlError {
     Io { action: &'static str, path: String, source: std::io::Error },
     #[error(transparent)]
     Delta(#[from] crate::sink::delta::DeltaError),
+    #[error("`--as-of` reads earlier versions of Delta tables, but `{path}` is not a local Delta output")]
+    AsOfNotDelta { path: String },
+    #[error(
+        "`{path}` has no state at {as_of}: its history runs from version 0 ({first}) to version {last} ({last_at})"
+    )]
+    AsOfOutOfRange { path: String, as_of: AsOf, first: String, last: u64, last_at: String },
 }
 
 impl SqlError {
@@ -73,6 +81,12 @@ impl SqlError {
             SqlError::Timeout(_) => Some("raise `--timeout`, or narrow the query".into()),
             SqlError::UnknownTable(_) => Some("`\\d` lists the tables".into()),
             SqlError::Delta(e) => e.hint().map(Into::into),
+            SqlError::AsOfNotDelta { .. } => Some(
+                "time travel needs an output written with `etl unwind --format delta` (a Parquet output keeps only its latest state)".into(),
+            ),
+            SqlError::AsOfOutOfRange { .. } => {
+                Some("`--as-of` takes an output version or a time; `_etl/run.json` lists them under `delta_history`".into())
+            }
             _ => None,
         }
     }
@@ -87,12 +101,14 @@ pub struct SqlOptions {
     pub memory_limit: Option<usize>,
     pub timeout: Option<Duration>,
     pub params: Vec<String>,
+    /// Read the Delta tables as an earlier run left them.
+    pub as_of: Option<AsOf>,
 }
 
 impl SqlOptions {
     /// A read-only session over `data` without limits or parameters.
     pub fn new(data: Target) -> SqlOptions {
-        SqlOptions { data, allow_write: false, memory_limit: None, timeout: None, params: Vec::new() }
+        SqlOptions { data, allow_write: false, memory_limit: None, timeout: None, params: Vec::new(), as_of: None }
     }
 }
 
@@ -104,6 +120,17 @@ pub struct TableInfo {
     /// The table's files as URLs.
     pub files: Vec<String>,
     pub schema: SchemaRef,
+    /// A Delta table: the version read and its commit.
+    pub delta: Option<DeltaInfo>,
+}
+
+/// The version of a Delta table a session reads, as `\d` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaInfo {
+    pub version: u64,
+    /// The commit's time (RFC 3339, UTC) and operation, from its `commitInfo`.
+    pub committed_at: Option<String>,
+    pub operation: Option<String>,
 }
 
 /// A DataFusion session over one committed output.
@@ -168,17 +195,59 @@ impl Session {
             .await
             .map_err(|reason| SqlError::NotAnOutput { path: opts.data.to_string(), reason })?;
         let mut tables = Vec::new();
+        if let Some(as_of) = opts.as_of {
+            let path = opts.data.to_string();
+            let (Data::Local(dir), false) = (&data, run.delta_history.is_empty()) else {
+                return Err(SqlError::AsOfNotDelta { path });
+            };
+            let Some(at) = crate::sink::manifest::output_version(&run.delta_history, as_of) else {
+                let (first, last) = (&run.delta_history[0], &run.delta_history[run.delta_history.len() - 1]);
+                return Err(SqlError::AsOfOutOfRange {
+                    path,
+                    as_of,
+                    first: first.committed_at.clone(),
+                    last: last.version,
+                    last_at: last.committed_at.clone(),
+                });
+            };
+            for (name, v) in &at.tables {
+                let opened = delta_provider(&ctx, &dir.join(name), name, v.version).await?;
+                let schema = match opened.files.first() {
+                    Some(f) => local_parquet_schema(f)?,
+                    None => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
+                };
+                ctx.register_table(datafusion::common::TableReference::bare(name.clone()), opened.provider)?;
+                tables.push(TableInfo {
+                    name: name.clone(),
+                    rows: v.rows,
+                    files: opened.files,
+                    schema,
+                    delta: Some(opened.info),
+                });
+            }
+            let params = parse_params(&opts.params)?;
+            return Ok(Session { ctx, tables, data_dir: opts.data.to_string(), opts, params });
+        }
         for t in run.tables {
             if let (Data::Local(dir), Some(version)) = (&data, t.delta_version)
                 && crate::sink::delta::is_delta_table(&dir.join(&t.name))
             {
-                let (provider, files) = delta_provider(&ctx, &dir.join(&t.name), &t.name, version).await?;
+                let opened = delta_provider(&ctx, &dir.join(&t.name), &t.name, version).await?;
                 let schema = match t.files.first() {
                     Some(f) => data.written_schema(&f.path).await?,
-                    None => datafusion::datasource::TableProvider::schema(provider.as_ref()),
+                    None => match opened.files.first() {
+                        Some(f) => local_parquet_schema(f)?,
+                        None => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
+                    },
                 };
-                ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), provider)?;
-                tables.push(TableInfo { name: t.name, rows: t.rows, files, schema });
+                ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), opened.provider)?;
+                tables.push(TableInfo {
+                    name: t.name,
+                    rows: t.rows,
+                    files: opened.files,
+                    schema,
+                    delta: Some(opened.info),
+                });
                 continue;
             }
             let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
@@ -195,7 +264,7 @@ impl Session {
             };
             ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), Arc::new(table))?;
             let files = urls.iter().map(|u| u.to_string()).collect();
-            tables.push(TableInfo { name: t.name, rows: t.rows, files, schema });
+            tables.push(TableInfo { name: t.name, rows: t.rows, files, schema, delta: None });
         }
         let params = parse_params(&opts.params)?;
         Ok(Session { ctx, tables, data_dir: opts.data.to_string(), opts, params })
@@ -392,13 +461,21 @@ impl Data {
     }
 }
 
-/// The Delta table at `dir`, at `version`, as a DataFusion table, and the URLs of its files.
+/// A Delta table opened at one version.
+struct OpenedDelta {
+    provider: Arc<dyn datafusion::datasource::TableProvider>,
+    /// The URLs of the version's files.
+    files: Vec<String>,
+    info: DeltaInfo,
+}
+
+/// The Delta table at `dir`, at `version`, as a DataFusion table, with its files and commit.
 async fn delta_provider(
     ctx: &SessionContext,
     dir: &std::path::Path,
     name: &str,
     version: u64,
-) -> Result<(Arc<dyn datafusion::datasource::TableProvider>, Vec<String>), SqlError> {
+) -> Result<OpenedDelta, SqlError> {
     use crate::sink::delta::DeltaError;
     let open = |source: deltalake::DeltaTableError| {
         SqlError::Delta(DeltaError::Open {
@@ -421,7 +498,49 @@ async fn delta_provider(
     table.update_datafusion_session(&ctx.state()).map_err(open)?;
     let files = table.get_file_uris().map_err(open)?.collect();
     let provider = table.table_provider().await?;
-    Ok((provider, files))
+    let (committed_at, operation) = commit_info(&abs, version);
+    Ok(OpenedDelta { provider, files, info: DeltaInfo { version, committed_at, operation } })
+}
+
+/// The time and operation a Delta commit's `commitInfo` records, read from the commit file itself
+/// (a checkpointed or cleaned-up commit has none to show).
+fn commit_info(table: &std::path::Path, version: u64) -> (Option<String>, Option<String>) {
+    let path = table.join(crate::sink::delta::DELTA_LOG).join(format!("{version:020}.json"));
+    let Ok(text) = std::fs::read_to_string(path) else { return (None, None) };
+    for line in text.lines() {
+        let Ok(action) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if let Some(info) = action.get("commitInfo") {
+            let at = info
+                .get("timestamp")
+                .and_then(serde_json::Value::as_i64)
+                .and_then(chrono::DateTime::from_timestamp_millis)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+            let op = info.get("operation").and_then(serde_json::Value::as_str).map(str::to_owned);
+            return (at, op);
+        }
+    }
+    (None, None)
+}
+
+/// The schema written into a local Parquet file (a path, or a `file://` URL, as deltalake lists a
+/// local table's files), with its field metadata.
+fn local_parquet_schema(file: &str) -> Result<SchemaRef, SqlError> {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let path = match url::Url::parse(file) {
+        Ok(u) if u.scheme() == "file" => u.to_file_path().ok(),
+        _ => Some(std::path::PathBuf::from(file)).filter(|p| p.is_absolute()),
+    };
+    let path = path.ok_or_else(|| SqlError::NotAnOutput {
+        path: file.to_owned(),
+        reason: "a Delta table lists a file that is not local".into(),
+    })?;
+    let file = std::fs::File::open(&path).map_err(|source| SqlError::Io {
+        action: "open",
+        path: path.display().to_string(),
+        source,
+    })?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| SqlError::DataFusion(e.into()))?;
+    Ok(reader.schema().clone())
 }
 
 /// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.

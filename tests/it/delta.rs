@@ -57,6 +57,15 @@ fn session(out: &Path) -> (tokio::runtime::Runtime, Arc<etl::sql::Session>) {
     (rt, Arc::new(session))
 }
 
+/// A session over `out` as `etl sql --as-of AS_OF` opens it.
+fn session_as_of(out: &Path, as_of: &str) -> Result<(tokio::runtime::Runtime, etl::sql::Session), etl::sql::SqlError> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut opts = etl::sql::SqlOptions::new(etl::store::Target::Path(out.to_owned()));
+    opts.as_of = Some(as_of.parse().unwrap());
+    let session = rt.block_on(etl::sql::Session::open(opts, &Default::default()))?;
+    Ok((rt, session))
+}
+
 fn count(rt: &tokio::runtime::Runtime, session: &etl::sql::Session, table: &str) -> i64 {
     let r = rt.block_on(session.run(&format!("SELECT count(*) FROM \"{table}\""))).unwrap();
     let col = r[0].batches[0].column(0).clone();
@@ -395,6 +404,77 @@ fn a_generated_chain_merged_one_export_at_a_time_equals_the_parquet_chain_at_eve
     }
     // Moved rows: an `archived_` table exists only because rows moved into it.
     assert!(steps.last().unwrap().keys().any(|t| t.starts_with("archived_")), "{steps:?}");
+
+    // `etl sql --as-of K` reads every table as the first K + 1 exports left it: the versions of
+    // step K, exactly the files each version lists, the rows of the Parquet chain of K + 1
+    // exports; a run's commit time names the same state.
+    let history = run_report(&out)["delta_history"].as_array().unwrap().clone();
+    assert_eq!(history.len(), steps.len(), "one output version per run");
+    for (k, (step, reference)) in steps.iter().zip(&references).enumerate() {
+        assert_eq!(history[k]["version"], k as u64);
+        let expected = table_rows(reference);
+        let (rt, at) = session_as_of(&out, &k.to_string()).unwrap();
+        for name in expected.keys() {
+            assert!(at.tables().iter().any(|t| &t.name == name), "as of {k}: no `{name}`");
+        }
+        for t in at.tables() {
+            let rows = expected.get(&t.name).map_or(0, Vec::len);
+            let delta = t.delta.as_ref().unwrap();
+            assert_eq!(delta.version, step[&t.name], "as of {k}: `{}`", t.name);
+            assert!(delta.committed_at.is_some() && delta.operation.is_some(), "{delta:?}");
+            let mut listed: Vec<PathBuf> = t
+                .files
+                .iter()
+                .map(|u| {
+                    // deltalake lists a local table's files as paths (or `file://` URLs).
+                    let p =
+                        url::Url::parse(u).ok().and_then(|u| u.to_file_path().ok()).unwrap_or_else(|| PathBuf::from(u));
+                    std::fs::canonicalize(p).unwrap()
+                })
+                .collect();
+            let mut want: Vec<PathBuf> = version_files(&out.join(&t.name), delta.version)
+                .iter()
+                .map(|p| std::fs::canonicalize(p).unwrap())
+                .collect();
+            listed.sort();
+            want.sort();
+            assert_eq!(listed, want, "as of {k}: the files of `{}`", t.name);
+            assert_eq!(count(&rt, &at, &t.name) as usize, rows, "as of {k}: `{}`", t.name);
+            assert_eq!(t.rows as usize, rows, "as of {k}: `{}`", t.name);
+        }
+        let (_, by_time) = session_as_of(&out, history[k]["committed_at"].as_str().unwrap()).unwrap();
+        let versions: Vec<(String, u64)> =
+            by_time.tables().iter().map(|t| (t.name.clone(), t.delta.as_ref().unwrap().version)).collect();
+        let want: Vec<(String, u64)> =
+            at.tables().iter().map(|t| (t.name.clone(), t.delta.as_ref().unwrap().version)).collect();
+        assert_eq!(versions, want, "as of run {k}'s commit time");
+    }
+    // Before the first run, after the last version, or over a Parquet output: refused, with a hint.
+    for (dir, as_of) in [(&out, "2001-01-01"), (&out, "99"), (&references[0], "0")] {
+        let e = session_as_of(dir, as_of).err().unwrap_or_else(|| panic!("--as-of {as_of} opened"));
+        assert!(
+            matches!(e, etl::sql::SqlError::AsOfOutOfRange { .. } | etl::sql::SqlError::AsOfNotDelta { .. }),
+            "{e}"
+        );
+        assert!(e.hint().is_some(), "{e}");
+    }
+    // The shell's `\d` shows each table's version, and `\d TABLE` its commit.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+        .args(["sql", "--as-of", "1", "--data"])
+        .arg(&out)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"\\d\n\\d user\n\\q\n").unwrap();
+    let r = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let header = stdout.lines().next().unwrap();
+    assert!(header.contains("version"), "{stdout}");
+    let user = format!("Delta table at version {}, committed ", steps[1]["user"]);
+    assert!(stdout.contains(&user), "{stdout}");
 
     // Python `deltalake` (and DuckDB over the files each version lists) at every version.
     let Some(py) = crate::interop::python() else { return };

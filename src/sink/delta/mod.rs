@@ -4,7 +4,8 @@
 //! [`PartWriter`] (same bytes, types and field metadata as the Parquet output). Incremental
 //! exports applied onto a Delta output are ONE copy-on-write MERGE commit per table ([`merge`]):
 //! only the files holding a changed key are rewritten. `_etl/run.json`, written last, records
-//! each table's committed version (also in the run state, `_etl/state.json`).
+//! each table's committed version (also in the run state, `_etl/state.json`) and appends the
+//! run's consistent set of versions to the output's `delta_history`, which `etl sql --as-of` reads.
 //!
 //! Every commit carries a Delta `txn` (app id `etl`, version: up to when the exports applied
 //! cover the table, in microseconds since the epoch). Merging, a table whose `txn` already covers
@@ -18,9 +19,9 @@
 //! one table sees the previous version or the new one, never a mix; across tables, `etl sql` reads
 //! the versions `_etl/run.json` names, so it sees one run's tables or the previous run's. Files a
 //! replaced version removed stay on disk (Delta time travel reads them) until a vacuum, which is
-//! not done here. The exports read are kept under `_etl/base/` (published after the table commits,
-//! before `_etl/run.json`), as a Parquet output keeps them. This module never vacuums, and never
-//! writes an object store.
+//! not done here. The exports read are kept under `_etl/base/` (swapped in after the table
+//! commits, before `_etl/run.json`), as a Parquet output keeps them. This module never vacuums,
+//! and never writes an object store.
 
 pub mod merge;
 
@@ -379,6 +380,25 @@ impl Sink for DeltaSink {
             fs::rename(&base, &old).map_err(SinkError::io("replace", &base))?;
         }
         super::faults::point("delta-base-kept");
+        // This run's entry in the output's history: the versions `etl sql --as-of` reads.
+        let mut history = previous.as_ref().map(|p| p.delta_history.clone()).unwrap_or_default();
+        history.push(manifest::OutputVersion {
+            version: history.last().map_or(0, |h| h.version + 1),
+            committed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            export_id: match &manifest.state {
+                Some(state) => state.applied.last().map(|a| a.export_id.clone()),
+                None => manifest.exports.last().map(crate::source::chain::export_id),
+            },
+            tables: manifest
+                .tables
+                .iter()
+                .filter_map(|t| {
+                    let version = *versions.get(&t.name)?;
+                    Some((t.name.clone(), manifest::TableVersion { version, rows: t.rows }))
+                })
+                .collect(),
+        });
+        manifest.delta_history = history;
         if let Some(state) = &mut manifest.state {
             state.delta_versions = versions;
         }
