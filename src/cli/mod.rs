@@ -4,6 +4,7 @@
 //! `unwind`); progress, warnings, the summary and errors go to stderr.
 
 mod aws_args;
+mod delta;
 mod export;
 mod mapping;
 mod mapping_files;
@@ -86,6 +87,9 @@ pub enum Command {
     /// Compare the table schema contracts of two outputs.
     #[command(subcommand)]
     Schema(schema::SchemaCommand),
+    /// Maintain a Delta output (`--format delta`): compact small files, delete unneeded ones.
+    #[command(subcommand)]
+    Delta(delta::DeltaCommand),
 }
 
 #[derive(Debug, Args)]
@@ -267,6 +271,7 @@ pub fn main() -> ExitCode {
         Command::Mapping(cmd) => mapping::run(cmd, &printer),
         Command::Sample(args) => sample(args, &printer),
         Command::Schema(cmd) => schema::run(cmd, &printer),
+        Command::Delta(cmd) => delta::run(cmd, &printer),
     };
     status.into()
 }
@@ -282,7 +287,7 @@ fn check_profile(command: &Command, printer: &Printer) -> Option<ExitStatus> {
         Command::Mapping(mapping::MappingCommand::Infer(a)) => &a.aws,
         Command::Mapping(mapping::MappingCommand::Check(a)) => &a.aws,
         Command::Schema(schema::SchemaCommand::Diff(a)) => &a.aws,
-        Command::Mapping(mapping::MappingCommand::Import(_)) | Command::Sample(_) => return None,
+        Command::Mapping(mapping::MappingCommand::Import(_)) | Command::Sample(_) | Command::Delta(_) => return None,
     };
     aws.profile.as_ref()?;
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -49,7 +49,7 @@ pub struct SqlArgs {
     pub aws: super::aws_args::AwsArgs,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
+pub(super) fn parse_size(s: &str) -> Result<usize, String> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {

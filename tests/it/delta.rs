@@ -670,6 +670,109 @@ fn kill_9_at_random_points_of_a_merge_keeps_every_table_whole() {
     assert!(landed > points.len(), "the kills at commit steps all land, and one at a random time");
 }
 
+/// The data files of a table's folder, as names.
+fn files_on_disk(table: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(table)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".parquet"))
+        .collect()
+}
+
+/// `etl delta optimize` compacts the small files a chain of merges left, in one commit per table
+/// that changes no row, type or field metadata, and moves `_etl/run.json` to the new versions (a
+/// second optimize commits nothing); `etl delta vacuum` refuses a short retention unless told,
+/// lists without deleting on `--dry-run`, then deletes exactly the files no longer needed: every
+/// table's folder holds its latest version's files, which still read the same rows.
+#[test]
+fn optimize_compacts_small_files_and_vacuum_deletes_what_no_version_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let out = tmp.path().join("delta");
+    unwind(&[&full], &out, &["--format", "delta"], 0);
+    for inc in &incs {
+        unwind(&[inc], &out, &["--format", "delta"], 0);
+    }
+    let before = versions(&out);
+    let rows: std::collections::BTreeMap<String, Vec<String>> =
+        before.iter().map(|(t, v)| (t.clone(), version_rows(&out.join(t), *v))).collect();
+    let (rt, sess) = session(&out);
+    let schemas: std::collections::BTreeMap<String, _> =
+        sess.tables().iter().map(|t| (t.name.clone(), t.schema.clone())).collect();
+    drop(sess);
+    drop(rt);
+    let history = run_report(&out)["delta_history"].as_array().unwrap().len();
+    let out_s = out.to_str().unwrap();
+
+    let r = etl(["delta", "optimize", out_s, "--target-size", "1G"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let after = versions(&out);
+    let mut compacted = 0;
+    for (t, v) in &after {
+        assert_eq!(&version_rows(&out.join(t), *v), &rows[t], "`{t}`: optimize changed rows");
+        let had = version_files(&out.join(t), before[t]).len();
+        let has = version_files(&out.join(t), *v).len();
+        assert!(has <= had, "`{t}`: {had} files became {has}");
+        if *v != before[t] {
+            compacted += 1;
+            assert_eq!(*v, before[t] + 1, "`{t}`: one commit");
+            let log = log_actions(&out.join(t), *v);
+            assert_eq!(actions(&log, "commitInfo")[0]["operation"], "OPTIMIZE", "`{t}`");
+            for a in actions(&log, "add").into_iter().chain(actions(&log, "remove")) {
+                assert_eq!(a["dataChange"], false, "`{t}`: {a}");
+            }
+            assert!(has < had, "`{t}`: a commit that compacted nothing");
+        }
+    }
+    assert!(compacted > 0, "the merges left tables of several small files: {before:?}");
+    let report = run_report(&out);
+    assert_eq!(report["delta_history"].as_array().unwrap().len(), history + 1, "optimize adds one output version");
+    let (rt, sess) = session(&out);
+    for t in sess.tables() {
+        assert_eq!(t.delta.as_ref().unwrap().version, after[&t.name], "`etl sql` reads the compacted version");
+        assert_eq!(count(&rt, &sess, &t.name) as usize, rows[&t.name].len(), "`{}`", t.name);
+        assert_eq!(t.schema, schemas[&t.name], "`{}`: types and field metadata kept", t.name);
+    }
+    drop(sess);
+    drop(rt);
+    let r = etl(["delta", "optimize", out_s, "--target-size", "1G"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(versions(&out), after, "a second optimize has nothing to compact");
+
+    // Vacuum: a retention below the tables' one week is refused, with a hint.
+    let r = etl(["delta", "vacuum", out_s, "--retain", "0s"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("hint:") && r.stderr.contains("--allow-short-retention"), "{}", r.stderr);
+    let on_disk: std::collections::BTreeMap<String, _> =
+        after.keys().map(|t| (t.clone(), files_on_disk(&out.join(t)))).collect();
+    let r = etl(["delta", "vacuum", out_s, "--retain", "0s", "--allow-short-retention", "--dry-run"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let listed = r.stdout.lines().skip(2).count();
+    assert!(listed > 0, "the merges and the optimize left files to delete: {}", r.stdout);
+    for t in after.keys() {
+        assert_eq!(files_on_disk(&out.join(t)), on_disk[t], "`{t}`: a dry run deletes nothing");
+    }
+    let r = etl(["delta", "vacuum", out_s, "--retain", "0s", "--allow-short-retention"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout.lines().skip(2).count(), listed, "the dry run listed what vacuum deleted");
+    for (t, v) in &after {
+        let live: std::collections::BTreeSet<String> = version_files(&out.join(t), *v)
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(files_on_disk(&out.join(t)), live, "`{t}`: only the latest version's files are left");
+        assert_eq!(&version_rows(&out.join(t), *v), &rows[t], "`{t}`");
+    }
+    let (rt, sess) = session(&out);
+    for t in sess.tables() {
+        assert_eq!(count(&rt, &sess, &t.name) as usize, rows[&t.name].len(), "`{}` after vacuum", t.name);
+    }
+    // A version whose files were vacuumed is refused with the file named, not a panic.
+    let r = etl(["sql", "--data", out_s, "--as-of", "0", "SELECT count(*) FROM \"user\""]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains(".parquet"), "{}", r.stderr);
+}
+
 /// The real fixture (full export and its 2 incremental exports) applied one export at a time as
 /// Delta: the 8 items of the fixture, value by value, as the Parquet output has them.
 #[test]

@@ -68,19 +68,19 @@ pub struct MergeInput<'a> {
 /// Rows per batch read back from a data file.
 const BATCH_ROWS: usize = 64 * 1024;
 
-fn delta_err(table: &str, dir: &Path) -> impl Fn(deltalake::DeltaTableError) -> SinkError {
+pub(super) fn delta_err(table: &str, dir: &Path) -> impl Fn(deltalake::DeltaTableError) -> SinkError {
     let (table, path) = (table.to_owned(), dir.display().to_string());
     move |source| {
         SinkError::from(DeltaError::Commit { table: table.clone(), path: path.clone(), source: Box::new(source) })
     }
 }
 
-fn part_err(table: &str, path: &Path) -> impl Fn(datafusion::parquet::errors::ParquetError) -> SinkError {
+pub(super) fn part_err(table: &str, path: &Path) -> impl Fn(datafusion::parquet::errors::ParquetError) -> SinkError {
     let (table, path) = (table.to_owned(), path.display().to_string());
     move |source| SinkError::Part { table: table.clone(), path: path.clone(), source }
 }
 
-fn arrow_err(table: &str, path: &Path) -> impl Fn(datafusion::arrow::error::ArrowError) -> SinkError {
+pub(super) fn arrow_err(table: &str, path: &Path) -> impl Fn(datafusion::arrow::error::ArrowError) -> SinkError {
     let f = part_err(table, path);
     move |e| f(e.into())
 }
@@ -247,7 +247,7 @@ fn conform(batch: &RecordBatch, plan: &Plan) -> Result<RecordBatch, datafusion::
 }
 
 /// A data file written into the table's folder.
-struct NewFile {
+pub(super) struct NewFile {
     name: String,
     path: PathBuf,
     writer: ArrowWriter<fs::File>,
@@ -255,7 +255,7 @@ struct NewFile {
 }
 
 impl NewFile {
-    fn create(
+    pub(super) fn create(
         dir: &Path,
         name: String,
         schema: SchemaRef,
@@ -268,7 +268,7 @@ impl NewFile {
         Ok(NewFile { name, path, writer, rows: 0 })
     }
 
-    fn write(&mut self, batch: &RecordBatch, table: &str) -> Result<(), SinkError> {
+    pub(super) fn write(&mut self, batch: &RecordBatch, table: &str) -> Result<(), SinkError> {
         if batch.num_rows() > 0 {
             self.writer.write(batch).map_err(part_err(table, &self.path))?;
             self.rows += batch.num_rows() as u64;
@@ -277,7 +277,7 @@ impl NewFile {
     }
 
     /// Closes the file; `None` (and the file removed) when it holds no row.
-    fn finish(self, table: &str) -> Result<Option<(Action, FileReport)>, SinkError> {
+    pub(super) fn finish(self, table: &str) -> Result<Option<(Action, FileReport)>, SinkError> {
         let NewFile { name, path, writer, rows } = self;
         let meta = writer.close().map_err(part_err(table, &path))?;
         if rows == 0 {

@@ -18,11 +18,12 @@
 //! with an `add` action each (and a `remove` for every file of the version replaced). A reader of
 //! one table sees the previous version or the new one, never a mix; across tables, `etl sql` reads
 //! the versions `_etl/run.json` names, so it sees one run's tables or the previous run's. Files a
-//! replaced version removed stay on disk (Delta time travel reads them) until a vacuum, which is
-//! not done here. The exports read are kept under `_etl/base/` (swapped in after the table
-//! commits, before `_etl/run.json`), as a Parquet output keeps them. This module never vacuums,
-//! and never writes an object store.
+//! replaced version removed stay on disk (Delta time travel reads them) until a vacuum
+//! ([`maintain`], which also compacts small files). The exports read are kept under `_etl/base/`
+//! (swapped in after the table commits, before `_etl/run.json`), as a Parquet output keeps them.
+//! This module never writes an object store.
 
+pub mod maintain;
 pub mod merge;
 
 use std::collections::HashMap;
@@ -85,6 +86,10 @@ pub enum DeltaError {
     Commit { table: String, path: String, source: Box<DeltaTableError> },
     #[error("opening Delta table `{table}` at `{path}` (version {version}): {source}")]
     Open { table: String, path: String, version: u64, source: Box<DeltaTableError> },
+    #[error("`{path}` is not a Delta output of etl (no `_etl/run.json` listing Delta tables)")]
+    NotADeltaOutput { path: String },
+    #[error("vacuuming Delta table `{table}` at `{path}`: {source}")]
+    Vacuum { table: String, path: String, source: Box<DeltaTableError> },
 }
 
 impl DeltaError {
@@ -97,6 +102,12 @@ impl DeltaError {
                 "write the Delta tables to a local `--out` folder, or drop `--format delta` to write Parquet to the object store",
             ),
             DeltaError::Schema { .. } => Some("this is a bug in etl; please report it with the run's input if you can"),
+            DeltaError::NotADeltaOutput { .. } => {
+                Some("name a folder written by `etl unwind --out DIR --format delta`")
+            }
+            DeltaError::Vacuum { .. } => Some(
+                "`--retain` must be at least the table's `delta.deletedFileRetentionDuration` (168h unless set); `--allow-short-retention` goes below it when no reader reads an older version",
+            ),
             DeltaError::Commit { .. } | DeltaError::Open { .. } => None,
         }
     }
