@@ -79,34 +79,7 @@ impl Sink for LocalSink {
     }
 
     fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {
-        let plain = !rel.is_empty()
-            && rel.split('/').all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'))
-            && Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !plain {
-            return Err(SinkError::Io {
-                action: "keep",
-                path: rel.to_owned(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, "not a relative path of plain names"),
-            });
-        }
-        let to = self.staging.path().join(rel);
-        if let Some(dir) = to.parent() {
-            fs::create_dir_all(dir).map_err(io("create", dir))?;
-        }
-        // Kept already: the same file listed by two exports (the shared incremental data
-        // folder). Never written over: it may be a link to the previous output's file.
-        if fs::symlink_metadata(&to).is_ok() {
-            return Ok(Some(to));
-        }
-        if link && fs::hard_link(from, &to).is_ok() {
-            return Ok(Some(to));
-        }
-        if let Err(e) = fs::copy(from, &to) {
-            // A source that is gone is the input's fault; anything else is where it was copied to.
-            let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
-            return Err(io("copy", at)(e));
-        }
-        Ok(Some(to))
+        keep_in(self.staging.path(), rel, from, link, None)
     }
 
     fn commit(
@@ -119,6 +92,49 @@ impl Sink for LocalSink {
         manifest.warnings.extend(warnings);
         Ok((manifest, Committed { run_id: None, files: 0, bytes: 0, deleted: 0 }))
     }
+}
+
+/// Keeps the input file `from` as `rel` inside the staging folder `staging`: a hard link when
+/// `link` and the file system allows it, else a copy. With `published` (the output folder, for a
+/// sink that replaces `_etl/base/` in place), a file the output already keeps at `rel` is linked
+/// first. `rel` must be a relative path of plain names.
+pub(in crate::sink) fn keep_in(
+    staging: &Path,
+    rel: &str,
+    from: &Path,
+    link: bool,
+    published: Option<&Path>,
+) -> Result<Option<PathBuf>, SinkError> {
+    let plain = !rel.is_empty()
+        && rel.split('/').all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'))
+        && Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !plain {
+        return Err(SinkError::Io {
+            action: "keep",
+            path: rel.to_owned(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not a relative path of plain names"),
+        });
+    }
+    let to = staging.join(rel);
+    if let Some(dir) = to.parent() {
+        fs::create_dir_all(dir).map_err(io("create", dir))?;
+    }
+    // Kept already: the same file listed by two exports (the shared incremental data folder), or
+    // by the output's own `_etl/base/`. Never written over: it may be a link to the previous
+    // output's file.
+    if fs::symlink_metadata(&to).is_ok() {
+        return Ok(Some(to));
+    }
+    let kept = published.map(|p| p.join(rel)).filter(|p| p.is_file());
+    if kept.is_some_and(|p| fs::hard_link(&p, &to).is_ok()) || (link && fs::hard_link(from, &to).is_ok()) {
+        return Ok(Some(to));
+    }
+    if let Err(e) = fs::copy(from, &to) {
+        // A source that is gone is the input's fault; anything else is where it was copied to.
+        let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
+        return Err(io("copy", at)(e));
+    }
+    Ok(Some(to))
 }
 
 /// Marks a folder as etl output.

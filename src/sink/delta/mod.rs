@@ -192,35 +192,9 @@ impl Sink for DeltaSink {
     }
 
     fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {
-        let plain = !rel.is_empty()
-            && rel.split('/').all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'))
-            && Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !plain {
-            return Err(SinkError::Io {
-                action: "keep",
-                path: rel.to_owned(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a relative path of plain names"),
-            });
-        }
-        let to = self.staging.path().join(rel);
-        if let Some(dir) = to.parent() {
-            fs::create_dir_all(dir).map_err(SinkError::io("create", dir))?;
-        }
-        // Kept already: the same file listed by two exports, or by the output's own `_etl/base/`
-        // (linked: the published copy is replaced by the staged one when the run commits).
-        if fs::symlink_metadata(&to).is_ok() {
-            return Ok(Some(to));
-        }
-        let published = self.target.join(rel);
-        if (published.is_file() && fs::hard_link(&published, &to).is_ok()) || (link && fs::hard_link(from, &to).is_ok())
-        {
-            return Ok(Some(to));
-        }
-        if let Err(e) = fs::copy(from, &to) {
-            let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
-            return Err(SinkError::io("copy", at)(e));
-        }
-        Ok(Some(to))
+        // A file the output's own `_etl/base/` keeps is linked from there: the published copy is
+        // replaced by the staged one when the run commits.
+        super::local::keep_in(self.staging.path(), rel, from, link, Some(&self.target))
     }
 
     fn delta_run(&mut self, run: DeltaRun) {
