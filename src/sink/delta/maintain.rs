@@ -23,14 +23,11 @@ use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::DeltaOperation;
 
-use super::merge::{NewFile, arrow_err, delta_err, part_err};
+use super::merge::{BATCH_ROWS, NewFile, arrow_err, delta_err, part_err};
 use super::{DeltaError, is_delta_output, is_delta_table, open_latest, sync};
 use crate::sink::SinkError;
 use crate::sink::local::{RUN_REPORT, Staging};
 use crate::sink::manifest::RunManifest;
-
-/// Rows per batch read back from a data file.
-const BATCH_ROWS: usize = 64 * 1024;
 
 /// A data file of a table's version: its path in the table, its size, and its `remove` action.
 type LiveFile = (String, u64, deltalake::kernel::Remove);

@@ -66,7 +66,7 @@ pub struct MergeInput<'a> {
 }
 
 /// Rows per batch read back from a data file.
-const BATCH_ROWS: usize = 64 * 1024;
+pub(super) const BATCH_ROWS: usize = 64 * 1024;
 
 pub(super) fn delta_err(table: &str, dir: &Path) -> impl Fn(deltalake::DeltaTableError) -> SinkError {
     let (table, path) = (table.to_owned(), dir.display().to_string());
