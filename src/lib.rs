@@ -25,7 +25,7 @@
 //! | the mapping language | [`mapping`] | [`mapping::Mapping`], key templates, inferred shapes |
 //! | per item | [`normalize`] | [`normalize::Normalizer`]: a record to [`normalize::TableId`]s and rows, or a [`normalize::Reject`]; [`normalize::BatchBuilder`] |
 //! | where tables go | [`sink`] | the [`sink::Sink`] trait (parts, then one commit), [`sink::RunManifest`] |
-//! | wiring | [`pipeline`] | [`pipeline::unwind`] over [`pipeline::UnwindSettings`], one [`pipeline::pool`]; a chain of exports applied by [`pipeline::chain`] |
+//! | wiring | [`pipeline`] | [`pipeline::unwind`] over [`pipeline::UnwindSettings`], one [`pipeline::pool`]; a chain of exports applied by [`pipeline::chain`]; sharded runs and their one commit by [`pipeline::shard`] |
 //! | run state | [`state`] | [`state::RunState`]: the exports an output holds, compared before a chain is applied |
 //! | reading committed output | [`sql`] | [`sql::Session`] over what a run manifest lists |
 //! | terminals and exit codes | [`cli`] | arguments resolved by [`cli::settings`] |

@@ -90,6 +90,9 @@ pub enum Command {
     /// Maintain a Delta output (`--format delta`): compact small files, delete unneeded ones.
     #[command(subcommand)]
     Delta(delta::DeltaCommand),
+    /// Publish the shards of a sharded run (`etl unwind … --shard I/N`) as one output, in one
+    /// commit, once every shard has finished.
+    Commit(CommitArgs),
 }
 
 #[derive(Debug, Args)]
@@ -171,6 +174,36 @@ pub struct UnwindArgs {
     /// one commit that rewrites only the files holding changed keys; local folders only for now).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t)]
     pub format: FormatArg,
+    /// Process shard I of N (counted from 0) of the export's data files, for a job array: each
+    /// shard reads about 1/N of the bytes and writes only under `OUT/_etl/shards/`, invisible to
+    /// readers; `etl commit OUT` then publishes all N shards as one run would have written the
+    /// output. Run `--phase infer` for every shard first (the shards agree on the tables' types
+    /// from it), then the write phase for every shard, then the commit. `--out` must be a folder
+    /// all shards and the commit see (a shared file system for a job array).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<crate::source::shard::Shard>,
+    /// Which phase of a `--shard` run: `infer` records what the shard's items look like, `write`
+    /// (needs every shard's `infer`) writes its rows with the types all shards agreed on.
+    #[arg(long, value_enum, value_name = "PHASE", default_value_t, requires = "shard")]
+    pub phase: PhaseArg,
+    #[command(flatten)]
+    pub aws: aws_args::AwsArgs,
+}
+
+/// `--phase`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PhaseArg {
+    Infer,
+    #[default]
+    Write,
+}
+
+/// `etl commit`.
+#[derive(Debug, Args)]
+pub struct CommitArgs {
+    /// The output folder the shards wrote to (`--out` of every `etl unwind … --shard I/N`).
+    #[arg(value_name = "DIR")]
+    pub out: String,
     #[command(flatten)]
     pub aws: aws_args::AwsArgs,
 }
@@ -272,6 +305,7 @@ pub fn main() -> ExitCode {
         Command::Sample(args) => sample(args, &printer),
         Command::Schema(cmd) => schema::run(cmd, &printer),
         Command::Delta(cmd) => delta::run(cmd, &printer),
+        Command::Commit(args) => commit(args, &printer),
     };
     status.into()
 }
@@ -287,6 +321,7 @@ fn check_profile(command: &Command, printer: &Printer) -> Option<ExitStatus> {
         Command::Mapping(mapping::MappingCommand::Infer(a)) => &a.aws,
         Command::Mapping(mapping::MappingCommand::Check(a)) => &a.aws,
         Command::Schema(schema::SchemaCommand::Diff(a)) => &a.aws,
+        Command::Commit(a) => &a.aws,
         Command::Mapping(mapping::MappingCommand::Import(_)) | Command::Sample(_) | Command::Delta(_) => return None,
     };
     aws.profile.as_ref()?;
@@ -353,7 +388,50 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
         }
     };
     let progress = Progress::default();
+    if let Some(run) = settings.shard {
+        let result =
+            progress::with_progress_bar(printer, &progress, || pipeline::shard::run(&settings, run, &progress));
+        return match result {
+            Ok(s) => {
+                printer.shard_summary(&s, &out);
+                ExitStatus::Success
+            }
+            Err(e) => failed(printer, e),
+        };
+    }
     let result = progress::with_progress_bar(printer, &progress, || pipeline::unwind(&settings, &progress));
+    finished(printer, result, &out)
+}
+
+/// `etl commit DIR`.
+fn commit(args: CommitArgs, printer: &Printer) -> ExitStatus {
+    let target = match crate::store::Target::parse(&args.out) {
+        Ok(t) => t,
+        Err(e) => {
+            printer.error(&e.to_string(), e.hint());
+            return ExitStatus::Error;
+        }
+    };
+    let progress = Progress::default();
+    let aws = args.aws.options();
+    let result = progress::with_progress_bar(printer, &progress, || pipeline::shard::commit(&target, &aws, &progress));
+    finished(printer, result, &args.out)
+}
+
+/// A failed run: the error with its hint, and exit 1 for policy refusals, 2 otherwise.
+fn failed(printer: &Printer, e: pipeline::UnwindError) -> ExitStatus {
+    let hint = e.hint();
+    printer.error_chain(&e, hint.as_deref());
+    if e.is_policy() { ExitStatus::Failure } else { ExitStatus::Error }
+}
+
+/// What a committed (or refused) run prints, and its exit status.
+fn finished(
+    printer: &Printer,
+    result: Result<pipeline::UnwindSummary, pipeline::UnwindError>,
+    out: &str,
+) -> ExitStatus {
+    let out = out.to_owned();
     match result {
         Ok(summary) => {
             for w in &summary.report.warnings {
@@ -393,11 +471,7 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
             printer.error(&e.to_string(), e.hint().as_deref());
             ExitStatus::Failure
         }
-        Err(e) => {
-            let hint = e.hint();
-            printer.error_chain(&e, hint.as_deref());
-            if e.is_policy() { ExitStatus::Failure } else { ExitStatus::Error }
-        }
+        Err(e) => failed(printer, e),
     }
 }
 

@@ -114,6 +114,39 @@ impl Printer {
     }
 
     /// The table of what a run wrote, and the reconciliation line.
+    /// What one shard of a sharded run did, and what comes next.
+    pub fn shard_summary(&self, s: &crate::pipeline::shard::ShardSummary, out: &str) {
+        use crate::pipeline::shard::ShardPhase;
+        if self.quiet {
+            return;
+        }
+        let shard = s.run.shard;
+        let read = format!(
+            "shard {shard}: read {} of {} file{} ({}), {} items",
+            s.files.len(),
+            s.plan_files,
+            if s.plan_files == 1 { "" } else { "s" },
+            human_bytes(s.bytes),
+            group(s.items)
+        );
+        let text = match s.run.phase {
+            ShardPhase::Infer => format!(
+                "{read}; their shapes are in `{}` ({:.1} s)\nnext: `etl unwind … --shard {shard}` once every shard's `--phase infer` has finished\n",
+                s.wrote.display(),
+                s.millis as f64 / 1000.0
+            ),
+            ShardPhase::Write => format!(
+                "{read}; wrote {} rows and {} rejects into `{}` ({:.1} s), not yet visible to readers\nnext: `etl commit {out}` once all {} shards have finished\n",
+                group(s.rows),
+                group(s.rejects),
+                s.wrote.display(),
+                s.millis as f64 / 1000.0,
+                shard.count
+            ),
+        };
+        self.info(text.trim_end());
+    }
+
     pub fn summary(&self, s: &UnwindSummary, out: &str) {
         if self.quiet {
             return;

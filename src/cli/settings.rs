@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::UnwindArgs;
 use crate::mapping::Mapping;
 use crate::pipeline::UnwindSettings;
+use crate::pipeline::shard::{ShardPhase, ShardRun};
 use crate::schema::diff::OnDrift;
 use crate::sink::{Format, RowGroups};
 use crate::source::live::ScanSettings;
@@ -57,6 +58,8 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         allow_gap,
         on_drift,
         format,
+        shard,
+        phase,
         aws,
     } = args;
     let sources = sources.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
@@ -96,6 +99,13 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         super::FormatArg::Parquet => Format::Parquet,
         super::FormatArg::Delta => Format::Delta,
     };
+    s.shard = shard.map(|shard| ShardRun {
+        shard,
+        phase: match phase {
+            super::PhaseArg::Infer => ShardPhase::Infer,
+            super::PhaseArg::Write => ShardPhase::Write,
+        },
+    });
     Ok(s)
 }
 
@@ -130,6 +140,12 @@ mod tests {
         let s = unwind(args(&["e", "--out", "s3://lake/shop", "--threads", "3", "--strict"]), None, 8).unwrap();
         assert!(matches!(s.target, Target::Object(_)));
         assert_eq!((s.threads, s.strict), (3, true));
+        assert_eq!(s.shard, None);
+        let s = unwind(args(&["e", "--out", "o", "--shard", "2/4", "--phase", "infer"]), None, 1).unwrap();
+        let shard = crate::source::shard::Shard { index: 2, count: 4 };
+        assert_eq!(s.shard, Some(ShardRun { shard, phase: ShardPhase::Infer }));
+        let s = unwind(args(&["e", "--out", "o", "--shard", "2/4"]), None, 1).unwrap();
+        assert_eq!(s.shard, Some(ShardRun { shard, phase: ShardPhase::Write }));
     }
 
     #[test]

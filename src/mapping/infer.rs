@@ -43,7 +43,7 @@ pub const MAX_TRACKED_ATTRIBUTES: usize = 100_000;
 pub const EXTRA_COLUMN: &str = "_extra";
 
 /// What numbers an attribute held.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NumShape {
     pub count: u64,
     /// Values that are integral and fit `i64`.
@@ -108,7 +108,7 @@ impl NumShape {
 }
 
 /// Everything seen of one attribute (or one nested field, or the elements of lists).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Shape {
     pub counts: [u64; 10],
     pub num: NumShape,
@@ -296,11 +296,14 @@ fn case_collision<'n>(names: impl Iterator<Item = &'n String>) -> Option<(String
 /// Where an attribute was first seen, to order columns as the data does.
 pub type FirstSeen = (u32, u64, u32);
 
-/// Shapes of every attribute of one entity.
-#[derive(Debug, Clone, Default)]
+/// Shapes of every attribute of one entity. Serialized (for sharded runs, whose shards merge
+/// their shapes) without the name index, which is rebuilt when read.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(from = "EntityShapeWire")]
 pub struct EntityShape {
     pub items: u64,
     attrs: Vec<(Box<str>, FirstSeen, Shape)>,
+    #[serde(skip)]
     index: HashMap<Box<str>, usize>,
     /// More than [`MAX_TRACKED_ATTRIBUTES`] names were seen: some are not tracked.
     overflowed: bool,
@@ -312,6 +315,32 @@ pub struct InferredSchema {
     pub schema: TableSchema,
     pub demoted: Option<Demoted>,
     pub renamed: Vec<Renamed>,
+}
+
+/// Equal when the same attributes have the same shapes, whatever order workers met them in.
+impl PartialEq for EntityShape {
+    fn eq(&self, other: &EntityShape) -> bool {
+        fn sorted(s: &EntityShape) -> Vec<&(Box<str>, FirstSeen, Shape)> {
+            let mut a: Vec<&(Box<str>, FirstSeen, Shape)> = s.attrs.iter().collect();
+            a.sort_by(|x, y| x.0.cmp(&y.0));
+            a
+        }
+        self.items == other.items && self.overflowed == other.overflowed && sorted(self) == sorted(other)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct EntityShapeWire {
+    items: u64,
+    attrs: Vec<(Box<str>, FirstSeen, Shape)>,
+    overflowed: bool,
+}
+
+impl From<EntityShapeWire> for EntityShape {
+    fn from(w: EntityShapeWire) -> EntityShape {
+        let index = w.attrs.iter().enumerate().map(|(i, (n, _, _))| (n.clone(), i)).collect();
+        EntityShape { items: w.items, attrs: w.attrs, index, overflowed: w.overflowed }
+    }
 }
 
 impl EntityShape {
@@ -555,6 +584,30 @@ mod tests {
         let (mut w1, mut w2) = (Vec::new(), Vec::new());
         assert_eq!(one.schema("t", None, &mut w1).schema, merged.schema("t", None, &mut w2).schema);
         assert_eq!(w1, w2);
+    }
+
+    #[test]
+    fn a_shape_read_back_merges_as_the_original() {
+        let lines = [
+            r#"{"Item":{"a":{"N":"1"},"m":{"M":{"x":{"S":"1"}}},"l":{"L":[{"N":"1.5"}]}}}"#,
+            r#"{"Item":{"b":{"NS":["1.25","3"]},"a":{"N":"2.5"}}}"#,
+        ];
+        let mut shape = EntityShape::default();
+        for (i, l) in lines.iter().enumerate() {
+            shape.observe(&decode_export_line(l), 3, i as u64 + 1);
+        }
+        let back: EntityShape = serde_json::from_str(&serde_json::to_string(&shape).unwrap()).unwrap();
+        assert_eq!(back.attrs, shape.attrs);
+        // The name index is rebuilt: merging into the copy finds existing attributes.
+        let mut more = EntityShape::default();
+        more.observe(&decode_export_line(r#"{"Item":{"a":{"N":"7"}}}"#), 4, 1);
+        let (mut x, mut y) = (shape.clone(), back);
+        x.merge(&more);
+        y.merge(&more);
+        assert_eq!(x.attrs, y.attrs);
+        assert_eq!(y.attrs.len(), 4);
+        let (mut w1, mut w2) = (Vec::new(), Vec::new());
+        assert_eq!(x.schema("t", None, &mut w1).schema, y.schema("t", None, &mut w2).schema);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use datafusion::arrow::error::ArrowError;
 use crate::decode::DecodeReason;
 
 /// Why an input line or item was rejected: a stable code for the rejects table and reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[repr(u8)]
 pub enum RejectReason {

@@ -21,6 +21,7 @@ pub mod pool;
 pub mod progress;
 pub mod read;
 pub mod report;
+pub mod shard;
 pub mod spill;
 pub mod walk;
 pub mod write;
@@ -79,6 +80,8 @@ pub struct UnwindSettings {
     pub on_drift: OnDrift,
     /// Plain Parquet tables, or Delta tables (local folders only; incrementals merged).
     pub format: Format,
+    /// `--shard I/N`: one phase of one shard of a sharded run ([`shard`]).
+    pub shard: Option<shard::ShardRun>,
 }
 
 impl UnwindSettings {
@@ -102,6 +105,7 @@ impl UnwindSettings {
             allow_gap: false,
             on_drift: OnDrift::Allow,
             format: Format::Parquet,
+            shard: None,
         }
     }
 }
@@ -141,6 +145,8 @@ pub enum UnwindError {
     State(#[from] crate::state::StateError),
     #[error(transparent)]
     Apply(#[from] apply::ApplyError),
+    #[error(transparent)]
+    Shard(#[from] shard::ShardError),
     /// Every export named is already applied to the output: nothing was done (exit 0).
     #[error("`{out}` already holds {exports}; nothing to apply, nothing rewritten")]
     UpToDate { out: String, exports: String },
@@ -169,6 +175,7 @@ impl UnwindError {
             ),
             UnwindError::State(e) => e.hint(),
             UnwindError::Apply(e) => e.hint(),
+            UnwindError::Shard(e) => e.hint(),
         }
     }
 
@@ -181,6 +188,7 @@ impl UnwindError {
             // Another run wrote the same output: this one lost, the data is the other's.
             UnwindError::Sink(e) => e.is_concurrent_run(),
             UnwindError::State(e) => matches!(e, crate::state::StateError::Older { .. }),
+            UnwindError::Shard(e) => e.is_policy(),
             _ => false,
         }
     }
@@ -272,7 +280,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let t_read = Instant::now();
     let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
-    let read = read::read_all(&plan, settings, mapped, chain.as_ref(), &scratch, progress)?;
+    let read = read::read_all(&plan, 0..plan.files.len(), settings, mapped, chain.as_ref(), &scratch, progress)?;
     let t_read = t_read.elapsed();
 
     progress.set_phase(Phase::Writing);
@@ -280,14 +288,89 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
     let t_write = t_write.elapsed();
 
-    let inputs = report::inputs(&plan, &read);
-    let integrity = report::integrity(&plan, &read, settings.allow_mismatch);
+    let mapping =
+        settings.mapping.as_deref().zip(mapped_tables.as_ref()).map(|(m, t)| report::mapping(m, t, &read.entity_stats));
+    let timings = Timings {
+        resolve: t_resolve.as_millis() as u64,
+        read_and_decode: t_read.as_millis() as u64,
+        write: t_write.as_millis() as u64,
+        total: 0,
+        keep_base: kept.map_or(0, |k| k.millis),
+    };
+    let (manifest, schemas) = assemble(Assembly {
+        plan: &plan,
+        settings,
+        read: &read,
+        written,
+        chain: chain.as_ref(),
+        state,
+        keeping,
+        mapping,
+        started,
+        started_at,
+        timings,
+    })?;
+    progress.set_phase(Phase::Committing);
+    if settings.format == Format::Delta {
+        // Onto an existing output, the keys the new exports changed are merged into each table.
+        let merge = onto
+            .as_ref()
+            .and(chain.as_ref())
+            .map(|c| sink::delta::MergeKeys { key_attributes: c.key_names.clone(), keys: c.new_keys.clone() });
+        let txn_version = delta_txn_version(manifest.state.as_ref(), &plan);
+        sink.delta_run(sink::delta::DeltaRun { txn_version, merge });
+    }
+    publish(sink, manifest, schemas, settings, progress)
+}
+
+/// Commits `manifest` through `sink`, and says what the run did.
+pub(crate) fn publish(
+    sink: Box<dyn sink::Sink>,
+    manifest: RunManifest,
+    schemas: Vec<TableSchema>,
+    settings: &UnwindSettings,
+    progress: &Progress,
+) -> Result<UnwindSummary, UnwindError> {
+    let rejects = manifest.reconciliation.rejects;
+    let (report, committed) = sink.commit(manifest, &schemas)?;
+    if let Some(id) = &committed.run_id {
+        info!(run_id = %id, "committed");
+    }
+    progress.set_phase(Phase::Done);
+    let too_many_rejects = settings.max_rejects.filter(|&max| rejects > max).map(|max| (rejects, max));
+    Ok(UnwindSummary { report, schemas, too_many_rejects, committed })
+}
+
+/// What a run's report is made of, once its tables are written.
+pub(crate) struct Assembly<'a> {
+    pub plan: &'a source::Plan,
+    pub settings: &'a UnwindSettings,
+    pub read: &'a read::ReadResult,
+    pub written: write::Written,
+    pub chain: Option<&'a chain::Applier>,
+    pub state: Option<crate::state::RunState>,
+    pub keeping: apply::Keeping,
+    pub mapping: Option<crate::sink::manifest::MappingReport>,
+    pub started: Instant,
+    pub started_at: String,
+    /// Every phase but `total`, which is taken here.
+    pub timings: Timings,
+}
+
+/// The run manifest: inputs and their checks, reconciliation, tables, warnings, and the schema
+/// drift from the output this run replaces (refused under `--on-drift fail`). Returns it with
+/// the tables' schema contracts.
+pub(crate) fn assemble(a: Assembly<'_>) -> Result<(RunManifest, Vec<TableSchema>), UnwindError> {
+    let Assembly { plan, settings, read, written, chain, state, keeping, mapping, started, started_at, mut timings } =
+        a;
+    let inputs = report::inputs(plan, read);
+    let integrity = report::integrity(plan, read, settings.allow_mismatch);
     let mut warnings: Vec<String> = integrity.mismatches.iter().map(ToString::to_string).collect();
     warnings.extend(keeping.warning);
     warnings.extend(read.warnings.iter().cloned());
     warnings.extend(report::schema_warnings(&written));
-    let chain_report = chain.as_ref().map(|c| c.report(&plan, &read.chain, &written.tables));
-    if let Some(c) = &chain {
+    let chain_report = chain.map(|c| c.report(plan, &read.chain, &written.tables));
+    if let Some(c) = chain {
         warnings.extend(c.warnings.iter().cloned());
         warnings.extend(c.chain.overlaps.iter().map(crate::source::chain::Overlap::warning));
         warnings.extend(c.chain.gaps.iter().map(|g| {
@@ -297,9 +380,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             )
         }));
     }
-    let reconciliation =
-        report::reconcile(&plan, &read, &written, integrity, chain.as_ref().map(chain::Applier::current_file))?;
-    let rejects = reconciliation.rejects;
+    let reconciliation = report::reconcile(plan, read, &written, integrity, chain.map(chain::Applier::current_file))?;
 
     // Schema drift from the output this run replaces: reported, or refused by `--on-drift fail`.
     let drift = sink::manifest::read_contracts(&settings.target, &settings.aws)?
@@ -307,8 +388,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     if let Some(d) = drift.as_ref().filter(|d| settings.on_drift == OnDrift::Fail && !d.is_empty()) {
         return Err(UnwindError::Drift { out: settings.target.to_string(), drift: d.clone() });
     }
-
-    progress.set_phase(Phase::Committing);
+    timings.total = started.elapsed().as_millis() as u64;
     let manifest = RunManifest {
         etl_version: env!("CARGO_PKG_VERSION").to_owned(),
         started_at,
@@ -325,52 +405,27 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         exports: plan.exports.clone(),
         reconciliation,
         tables: written.tables,
-        rejects_by_reason: report::rejects_by_reason(&read),
+        rejects_by_reason: report::rejects_by_reason(read),
         widenings: written.widenings,
         demoted_attributes: written.demoted,
         renamed_columns: written.renamed,
-        mapping: settings
-            .mapping
-            .as_deref()
-            .zip(mapped_tables.as_ref())
-            .map(|(m, t)| report::mapping(m, t, &read.entity_stats)),
+        mapping,
         chain: chain_report,
         drift,
         state,
         delta_history: Vec::new(),
         warnings,
-        timings_ms: Timings {
-            resolve: t_resolve.as_millis() as u64,
-            read_and_decode: t_read.as_millis() as u64,
-            write: t_write.as_millis() as u64,
-            total: started.elapsed().as_millis() as u64,
-            keep_base: kept.map_or(0, |k| k.millis),
-        },
+        timings_ms: timings,
         run_id: None,
         published_to: None,
         replaces_run_id: None,
     };
-    if settings.format == Format::Delta {
-        // Onto an existing output, the keys the new exports changed are merged into each table.
-        let merge = onto
-            .as_ref()
-            .and(chain.as_ref())
-            .map(|c| sink::delta::MergeKeys { key_attributes: c.key_names.clone(), keys: c.new_keys.clone() });
-        let txn_version = delta_txn_version(manifest.state.as_ref(), &plan);
-        sink.delta_run(sink::delta::DeltaRun { txn_version, merge });
-    }
-    let (report, committed) = sink.commit(manifest, &written.schemas)?;
-    if let Some(id) = &committed.run_id {
-        info!(run_id = %id, "committed");
-    }
-    progress.set_phase(Phase::Done);
-    let too_many_rejects = settings.max_rejects.filter(|&max| rejects > max).map(|max| (rejects, max));
-    Ok(UnwindSummary { report, schemas: written.schemas, too_many_rejects, committed })
+    Ok((manifest, written.schemas))
 }
 
 /// The Delta `txn` version of a run: up to when its exports cover the table (the last applied
 /// export's window end, or a full export's `exportTime`), in microseconds since the epoch.
-fn delta_txn_version(state: Option<&crate::state::RunState>, plan: &source::Plan) -> Option<i64> {
+pub(crate) fn delta_txn_version(state: Option<&crate::state::RunState>, plan: &source::Plan) -> Option<i64> {
     let last = match state {
         Some(s) => crate::state::last_applied(s).cloned(),
         None => match plan.exports.as_slice() {

@@ -50,7 +50,7 @@ struct ChunkBuf {
 }
 
 /// What one file gave.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct FileStats {
     pub digest: FileDigest,
     pub rejects: u64,
@@ -361,9 +361,12 @@ fn strict_file_check(f: &DataFile, d: &FileDigest) -> Result<(), UnwindError> {
     }
 }
 
-/// Runs pass one over every file of `plan`.
+/// Runs pass one over the files `only` of `plan` (every file, but for a shard); the other files'
+/// stats stay empty, and their global indexes keep rows, shapes and rejects where one run over
+/// every file would put them.
 pub fn read_all(
     plan: &Plan,
+    only: std::ops::Range<usize>,
     settings: &UnwindSettings,
     mapped: Option<(&Mapping, &MappedTables)>,
     chain: Option<&Applier>,
@@ -372,9 +375,12 @@ pub fn read_all(
 ) -> Result<ReadResult, UnwindError> {
     let workers = pool::run(
         settings.threads,
-        plan.files.len(),
+        only.len(),
         |w| Worker::new(w, settings, mapped, chain, scratch),
-        |worker, i, stop| worker.read_file(i, &plan.files[i], progress, stop),
+        |worker, k, stop| {
+            let i = only.start + k;
+            worker.read_file(i, &plan.files[i], progress, stop)
+        },
     )?;
     let mut files = vec![FileStats::default(); plan.files.len()];
     let mut shapes: BTreeMap<Arc<str>, EntityShape> = BTreeMap::new();

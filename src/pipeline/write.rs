@@ -20,7 +20,7 @@ use crate::normalize::{BatchBuilder, MappedTables, RejectsBuilder, TableId, reje
 use crate::schema::{Demoted, Renamed, TableSchema, Widening};
 use crate::sink::manifest::{FileReport, TableReport};
 use crate::sink::parquet::plan_parts;
-use crate::sink::{Sink, SinkError};
+use crate::sink::{PartSink, SinkError};
 use crate::source::Plan;
 
 /// What pass two wrote.
@@ -72,7 +72,7 @@ pub fn write_all(
     plan: &Plan,
     settings: &UnwindSettings,
     mapped: Option<&MappedTables>,
-    sink: &dyn Sink,
+    sink: &dyn PartSink,
     read: &ReadResult,
 ) -> Result<Written, UnwindError> {
     let names = inferred_names(read, mapped);
@@ -189,7 +189,7 @@ pub fn write_all(
 fn write_part(
     job: &TableJob,
     part: usize,
-    sink: &dyn Sink,
+    sink: &dyn PartSink,
     spills: &[File],
     settings: &UnwindSettings,
     plan: &Plan,

@@ -69,13 +69,15 @@ impl LocalSink {
     }
 }
 
+impl super::PartSink for LocalSink {
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
+        PartWriter::create(self.staging.path(), table, part, schema, &self.props)
+    }
+}
+
 impl Sink for LocalSink {
     fn scratch(&self) -> &Path {
         &self.scratch
-    }
-
-    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
-        PartWriter::create(self.staging.path(), table, part, schema, &self.props)
     }
 
     fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {
@@ -240,7 +242,9 @@ impl Staging {
             Ok(m) if !m.is_dir() => return Err(SinkError::NotADirectory { path: target.display().to_string() }),
             Ok(_) => {
                 let is_etl = target.join(RUN_REPORT).is_file();
-                let empty = fs::read_dir(target).map_err(io("read", target))?.next().is_none();
+                // A new output whose shards have run holds only their `_etl/shards/`.
+                let empty = fs::read_dir(target).map_err(io("read", target))?.next().is_none()
+                    || super::shard::holds_only_shards(target).map_err(io("read", target))?;
                 if !is_etl && !empty && !overwrite {
                     return Err(SinkError::NotEtlOutput { path: target.display().to_string() });
                 }

@@ -16,6 +16,7 @@ pub mod lock;
 pub mod manifest;
 pub mod object;
 pub mod parquet;
+pub mod shard;
 
 use std::path::{Path, PathBuf};
 
@@ -125,13 +126,10 @@ pub struct Committed {
 /// writer means the run must stop; an error from `commit` means nothing was published. A sink
 /// dropped without a commit removes everything it staged, and the previous output stays as it
 /// was.
-pub trait Sink: Send + Sync {
+pub trait Sink: PartSink + Send + Sync {
     /// A folder for the run's own scratch files (spill, live-scan spool) on the same file
     /// system as the staged output; never published.
     fn scratch(&self) -> &Path;
-
-    /// Creates part `part` of `table` (named by [`parquet::part_path`]).
-    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError>;
 
     /// Puts the bytes of the local file `from` into the output at `rel` (a relative
     /// `/`-separated path of plain names), unchanged; hard-linked when `link` and the file
@@ -186,6 +184,13 @@ pub trait Sink: Send + Sync {
         manifest: RunManifest,
         schemas: &[TableSchema],
     ) -> Result<(RunManifest, Committed), SinkError>;
+}
+
+/// Where pass two writes part files: a [`Sink`]'s staging, or a shard's folder
+/// ([`shard::ShardFolder`]), which `etl commit` publishes later.
+pub trait PartSink: Send + Sync {
+    /// Creates part `part` of `table` (named by [`parquet::part_path`]).
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError>;
 }
 
 /// What an output's tables are: plain Parquet parts, or Delta tables of those parts.

@@ -119,13 +119,15 @@ impl ObjectSink {
     }
 }
 
+impl super::PartSink for ObjectSink {
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
+        super::PartSink::part(&self.local, table, part, schema)
+    }
+}
+
 impl Sink for ObjectSink {
     fn scratch(&self) -> &Path {
         self.local.scratch()
-    }
-
-    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
-        self.local.part(table, part, schema)
     }
 
     fn keep_input(

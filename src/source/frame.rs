@@ -240,7 +240,7 @@ pub enum Frame<'a> {
 }
 
 /// What framing a file found, once it is read to the end.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileDigest {
     /// Base64 MD5 of the stored bytes (compressed, as manifests list them).
     pub md5_base64: String,

@@ -17,6 +17,7 @@ pub mod integrity;
 pub mod live;
 pub mod manifest;
 pub mod object;
+pub mod shard;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -26,6 +26,7 @@ mod rejects;
 mod roundtrip;
 mod sample;
 mod shapes;
+mod shard;
 mod sql;
 mod tampered;
 mod types;

@@ -182,13 +182,15 @@ fn sync(path: &Path) -> Result<(), SinkError> {
     fs::File::open(path).and_then(|f| f.sync_all()).map_err(SinkError::io("sync", path))
 }
 
+impl super::PartSink for DeltaSink {
+    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
+        PartWriter::create(self.staging.path(), table, part, schema, &self.props)
+    }
+}
+
 impl Sink for DeltaSink {
     fn scratch(&self) -> &Path {
         &self.scratch
-    }
-
-    fn part(&self, table: &str, part: usize, schema: SchemaRef) -> Result<PartWriter, SinkError> {
-        PartWriter::create(self.staging.path(), table, part, schema, &self.props)
     }
 
     fn keep(&self, rel: &str, from: &Path, link: bool) -> Result<Option<PathBuf>, SinkError> {

@@ -1,0 +1,704 @@
+//! Sharded runs: one unwind split over N processes on any number of machines (a job array),
+//! published by one `etl commit`.
+//!
+//! ```text
+//! etl unwind SRC --out OUT --shard I/N --phase infer   (N processes) -> _etl/shards/infer-I-of-N.json
+//! etl unwind SRC --out OUT --shard I/N                 (N processes) -> _etl/shards/shard-I-of-N/
+//! etl commit OUT                                       (once)        -> OUT, as one run would write it
+//! ```
+//!
+//! How the shards agree on the tables' types: the first phase reads each shard's files and
+//! records what it saw of every entity (its [`EntityShape`]s, which merge associatively, with
+//! first-seen positions in the plan's global file order). The second phase reads the shard's
+//! files again, checks that they give the shapes its first phase recorded, merges the N shape
+//! files in shard order (the same merge one run does over its workers) and writes its rows with
+//! the merged, final schemas. No file is ever rewritten to widen a type, and every shard writes
+//! with exactly the schemas one run over every file would infer. The price is reading the input
+//! twice.
+//!
+//! The commit re-resolves the sources (manifests only) and checks that every shard of one run
+//! is there once, from the same export and options; then it links the shards' part files into a
+//! staged output in shard order, renumbered, and publishes it with one report, as one run
+//! would: the plain layout with `run.json` last, or one Delta commit per table. Shards are
+//! contiguous runs of the plan's files, so the rows are those of one run, in the same order;
+//! only the cuts between part files (and so between row groups) differ, at shard boundaries.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::read::{FileStats, ReadResult};
+use super::write::Written;
+use super::{Assembly, Progress, UnwindError, UnwindSettings, UnwindSummary, apply, read, report, write};
+use crate::aws::AwsOptions;
+use crate::mapping::infer::EntityShape;
+use crate::normalize::{MappedTables, RejectReason};
+use crate::schema::diff::OnDrift;
+use crate::schema::{Demoted, Renamed, TableSchema, Widening};
+use crate::sink::manifest::{EntityReport, FileReport, MappingReport, TableReport, Timings};
+use crate::sink::parquet::{part_path, writer_properties};
+use crate::sink::shard::{self as area, ShardFolder};
+use crate::sink::{self, Format, SinkSettings};
+use crate::source::shard::Shard;
+use crate::source::{self, Plan, SourceError};
+use crate::store::{Location, Target};
+
+/// The layout version of shard files; a commit refuses others.
+const SHARD_FORMAT: u32 = 1;
+
+/// Which half of a sharded run a process does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardPhase {
+    /// Read the shard's files and record what every entity looks like.
+    Infer,
+    /// Read them again and write their rows with the schemas all shards agreed on.
+    Write,
+}
+
+/// `--shard I/N [--phase …]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardRun {
+    pub shard: Shard,
+    pub phase: ShardPhase,
+}
+
+/// Why a sharded run or a commit refused to go on. Nothing was published.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("`--shard` writes to a local or shared folder, not to `{target}`")]
+    ObjectTarget { target: String },
+    #[error("`--shard` splits exports and data files; `{source_name}` cannot be split between machines")]
+    NotFiles { source_name: String },
+    #[error("`--shard` splits one full export or data files; incremental exports are applied by one process")]
+    Chain,
+    #[error("shard {shard} cannot write yet: the shape files of shard{} {missing} of {count} are missing from `{dir}`", if .missing.contains(',') { "s" } else { "" })]
+    MissingInfer { shard: Shard, missing: String, count: u32, dir: String },
+    #[error("`{path}` was written for another run (another export, shard count or options) than shard {shard}")]
+    ForeignInfer { shard: Shard, path: String },
+    #[error(
+        "shard {shard} read different data than its `--phase infer` did (`{path}`): the export changed between the two phases"
+    )]
+    InputChanged { shard: Shard, path: String },
+    #[error("`{out}` holds no finished shard to commit")]
+    NoShards { out: String },
+    #[error("`{out}` holds shards of {runs} different runs: {list}")]
+    SeveralRuns { out: String, runs: usize, list: String },
+    #[error("cannot commit `{out}`: shard{} {missing} of {count} {} not finished", if .missing.contains(',') { "s" } else { "" }, if .missing.contains(',') { "are" } else { "is" })]
+    Missing { out: String, missing: String, count: u32 },
+    #[error("cannot commit `{out}`: {reason}")]
+    Inconsistent { out: String, reason: String },
+    #[error("`{path}` is not a shard file etl can read: {message}")]
+    Damaged { path: String, message: String },
+}
+
+impl ShardError {
+    pub fn hint(&self) -> Option<String> {
+        Some(match self {
+            ShardError::ObjectTarget { .. } => {
+                "give every shard and the commit the same folder (a shared file system for a job array)".into()
+            }
+            ShardError::NotFiles { .. } => "run the unwind in one process, without `--shard`".into(),
+            ShardError::Chain => {
+                "shard the full export, commit it, then apply the incremental exports with one `etl unwind INC… --out DIR`".into()
+            }
+            ShardError::MissingInfer { count, .. } => format!(
+                "run `etl unwind … --shard I/{count} --phase infer` for every shard first; the write phase needs all of their shapes"
+            ),
+            ShardError::ForeignInfer { .. } | ShardError::SeveralRuns { .. } => {
+                "run every shard with the same sources, options and shard count; remove the other run's files from `_etl/shards/` or run its shards again".into()
+            }
+            ShardError::InputChanged { .. } => {
+                "run every shard's `--phase infer` again, then the write phase, over an export nobody changes".into()
+            }
+            ShardError::NoShards { .. } => {
+                "run `etl unwind … --out DIR --shard I/N` for every shard (after their `--phase infer`), then commit".into()
+            }
+            ShardError::Missing { .. } => {
+                "run the missing shards (a re-run replaces a shard's earlier attempt), then commit again".into()
+            }
+            ShardError::Inconsistent { .. } | ShardError::Damaged { .. } => {
+                "run the shards again (both phases); a re-run of a shard replaces its earlier attempt".into()
+            }
+        })
+    }
+
+    /// Refusals of what is on disk (exit 1); usage errors exit 2.
+    pub fn is_policy(&self) -> bool {
+        !matches!(self, ShardError::ObjectTarget { .. } | ShardError::NotFiles { .. } | ShardError::Chain)
+    }
+}
+
+/// What makes shards part of one run: the same files with the same promises, the same exports,
+/// the same options that decide the output. Every shard records it; the commit checks it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunKey {
+    pub shards: u32,
+    pub sources: Vec<String>,
+    /// `(name, bytes, items the manifest promises, MD5 it promises)` per file, in plan order.
+    pub files: Vec<(String, u64, Option<u64>, Option<String>)>,
+    pub exports: Vec<String>,
+    pub type_attribute: String,
+    pub mapping: Option<String>,
+    pub max_line_bytes: usize,
+    pub row_group_rows: usize,
+    pub row_group_bytes: usize,
+    pub target_file_bytes: u64,
+    pub delta: bool,
+    pub strict: bool,
+    pub allow_mismatch: bool,
+    pub max_rejects: Option<u64>,
+    pub on_drift_fail: bool,
+}
+
+impl RunKey {
+    fn of(plan: &Plan, settings: &UnwindSettings, shards: u32) -> RunKey {
+        RunKey {
+            shards,
+            sources: settings.sources.iter().map(ToString::to_string).collect(),
+            files: files_key(plan),
+            exports: plan
+                .exports
+                .iter()
+                .map(|e| e.export_arn.clone().unwrap_or_else(|| e.export_dir.clone()))
+                .collect(),
+            type_attribute: settings.type_attribute.clone(),
+            mapping: settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files)),
+            max_line_bytes: settings.max_line_bytes,
+            row_group_rows: settings.row_groups.rows,
+            row_group_bytes: settings.row_groups.bytes,
+            target_file_bytes: settings.target_file_bytes,
+            delta: settings.format == Format::Delta,
+            strict: settings.strict,
+            allow_mismatch: settings.allow_mismatch,
+            max_rejects: settings.max_rejects,
+            on_drift_fail: settings.on_drift == OnDrift::Fail,
+        }
+    }
+
+    /// A short digest naming the run.
+    pub fn fingerprint(&self) -> String {
+        use md5::Digest as _;
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        hex(&md5::Md5::digest(bytes))
+    }
+}
+
+fn files_key(plan: &Plan) -> Vec<(String, u64, Option<u64>, Option<String>)> {
+    plan.files
+        .iter()
+        .map(|f| {
+            let e = f.expected.as_ref();
+            (f.display.clone(), f.size, e.map(|e| e.item_count), e.map(|e| e.md5_base64.clone()))
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A shard's `--phase infer` result.
+#[derive(Debug, Serialize, Deserialize)]
+struct InferFile {
+    format: u32,
+    shard: Shard,
+    fingerprint: String,
+    files: Range<usize>,
+    shapes: BTreeMap<String, EntityShape>,
+    untyped: Option<EntityShape>,
+}
+
+/// A shard's finished write phase: what it read, what it wrote, and what one run's report needs
+/// of it. Written last into the shard's folder.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ShardManifest {
+    pub format: u32,
+    pub shard: Shard,
+    pub fingerprint: String,
+    pub key: RunKey,
+    pub started_at: String,
+    pub threads: usize,
+    pub files: Range<usize>,
+    pub file_stats: Vec<FileStats>,
+    pub reject_counts: BTreeMap<RejectReason, u64>,
+    pub warnings: Vec<String>,
+    pub mapping: Option<MappingReport>,
+    pub tables: Vec<TableReport>,
+    pub schemas: Vec<TableSchema>,
+    pub widenings: Vec<Widening>,
+    pub demoted: Vec<Demoted>,
+    pub renamed: Vec<Renamed>,
+    pub shortened: Vec<(String, String)>,
+    pub timings: Timings,
+}
+
+/// What one shard process did.
+#[derive(Debug, Clone)]
+pub struct ShardSummary {
+    pub run: ShardRun,
+    /// Files of the plan this shard read, and of the plan in all.
+    pub files: Range<usize>,
+    pub plan_files: usize,
+    pub bytes: u64,
+    pub items: u64,
+    pub rows: u64,
+    pub rejects: u64,
+    /// The shape file or the shard's folder.
+    pub wrote: PathBuf,
+    pub millis: u64,
+}
+
+fn damaged(path: &Path) -> impl FnOnce(String) -> ShardError + '_ {
+    move |message| ShardError::Damaged { path: path.display().to_string(), message }
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, UnwindError> {
+    let bytes = std::fs::read(path).map_err(|source| UnwindError::Io {
+        action: "read",
+        path: path.display().to_string(),
+        source,
+    })?;
+    let value: T = serde_json::from_slice(&bytes).map_err(|e| damaged(path)(e.to_string()))?;
+    Ok(value)
+}
+
+fn to_json<T: Serialize>(value: &T, path: &Path) -> Result<Vec<u8>, UnwindError> {
+    serde_json::to_vec_pretty(value).map_err(|e| UnwindError::Io {
+        action: "write",
+        path: path.display().to_string(),
+        source: std::io::Error::other(e),
+    })
+}
+
+fn list_shards(v: &[u32]) -> String {
+    v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// The output folder of a sharded run.
+fn folder_of(target: &Target) -> Result<&Path, ShardError> {
+    match target {
+        Target::Path(p) => Ok(p),
+        Target::Object(url) => Err(ShardError::ObjectTarget { target: url.to_string() }),
+    }
+}
+
+/// Runs one phase of one shard.
+pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Result<ShardSummary, UnwindError> {
+    let started = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let out = folder_of(&settings.target)?;
+    if let Some(l) = settings.sources.iter().find(|l| matches!(l, Location::Stdin | Location::DynamoDb { .. })) {
+        return Err(ShardError::NotFiles { source_name: l.to_string() }.into());
+    }
+    let folder = ShardFolder::create(out, run.shard, writer_properties(settings.row_groups.rows))?;
+    let scratch = folder.scratch().to_owned();
+    let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(super::SCAN_SPOOL))?;
+    if source::chain::order(&plan, true).map_err(SourceError::from)?.is_some() {
+        return Err(ShardError::Chain.into());
+    }
+    if settings.strict
+        && let Some(first) = source::integrity::manifest_mismatches(&plan).into_iter().next()
+    {
+        return Err(UnwindError::StrictMismatch(first));
+    }
+    let key = RunKey::of(&plan, settings, run.shard.count);
+    let fingerprint = key.fingerprint();
+    let files = run.shard.files(&plan);
+    let bytes: u64 = plan.files[files.clone()].iter().map(|f| f.size).sum();
+    progress.total_bytes.store(bytes, std::sync::atomic::Ordering::Relaxed);
+    let t_resolve = started.elapsed();
+
+    progress.set_phase(super::Phase::Reading);
+    let t_read = Instant::now();
+    let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
+    let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
+    let mut read = read::read_all(&plan, files.clone(), settings, mapped, None, &scratch, progress)?;
+    let t_read = t_read.elapsed();
+    let items: u64 = read.files.iter().map(|f| f.digest.units).sum();
+    let rejects: u64 = read.reject_counts.values().sum();
+    let shapes: BTreeMap<String, EntityShape> = read.shapes.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let summary = |wrote: PathBuf, rows: u64| ShardSummary {
+        run,
+        files: files.clone(),
+        plan_files: plan.files.len(),
+        bytes,
+        items,
+        rows,
+        rejects,
+        wrote,
+        millis: started.elapsed().as_millis() as u64,
+    };
+
+    let infer_path = area::infer_path(out, run.shard);
+    if run.phase == ShardPhase::Infer {
+        let file = InferFile {
+            format: SHARD_FORMAT,
+            shard: run.shard,
+            fingerprint,
+            files: files.clone(),
+            shapes,
+            untyped: read.untyped.clone(),
+        };
+        sink::shard::write_atomically(&infer_path, &to_json(&file, &infer_path)?)?;
+        progress.set_phase(super::Phase::Done);
+        return Ok(summary(infer_path, 0));
+    }
+
+    // The write phase: this shard's shapes must be the ones its first phase recorded, and every
+    // shard's must be there.
+    let (all, mine) = agreed_shapes(out, run.shard, &fingerprint)?;
+    if mine.shapes != shapes || mine.untyped != read.untyped || mine.files != files {
+        return Err(ShardError::InputChanged { shard: run.shard, path: infer_path.display().to_string() }.into());
+    }
+    read.shapes = all.shapes.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect();
+    read.untyped = all.untyped;
+
+    progress.set_phase(super::Phase::Writing);
+    let t_write = Instant::now();
+    let written = write::write_all(&plan, settings, mapped_tables.as_ref(), &folder, &read)?;
+    let t_write = t_write.elapsed();
+    let rows = written
+        .tables
+        .iter()
+        .filter(|t| t.child_of.is_none() && t.name != crate::normalize::naming::REJECTS_TABLE)
+        .map(|t| t.rows)
+        .sum();
+    let manifest = ShardManifest {
+        format: SHARD_FORMAT,
+        shard: run.shard,
+        fingerprint,
+        key,
+        started_at,
+        threads: settings.threads,
+        files: files.clone(),
+        file_stats: read.files[files.clone()].to_vec(),
+        reject_counts: read.reject_counts.clone(),
+        warnings: read.warnings.clone(),
+        mapping: settings
+            .mapping
+            .as_deref()
+            .zip(mapped_tables.as_ref())
+            .map(|(m, t)| report::mapping(m, t, &read.entity_stats)),
+        tables: written.tables,
+        schemas: written.schemas,
+        widenings: written.widenings,
+        demoted: written.demoted,
+        renamed: written.renamed,
+        shortened: written.shortened,
+        timings: Timings {
+            resolve: t_resolve.as_millis() as u64,
+            read_and_decode: t_read.as_millis() as u64,
+            write: t_write.as_millis() as u64,
+            total: started.elapsed().as_millis() as u64,
+            keep_base: 0,
+        },
+    };
+    let path = area::shard_dir(out, run.shard).join(area::SHARD_MANIFEST);
+    let dir = folder.publish(&to_json(&manifest, &path)?)?;
+    progress.set_phase(super::Phase::Done);
+    Ok(summary(dir, rows))
+}
+
+/// Every shard's shapes, merged in shard order, and `shard`'s own shape file.
+struct Agreed {
+    shapes: BTreeMap<String, EntityShape>,
+    untyped: Option<EntityShape>,
+}
+
+fn agreed_shapes(out: &Path, shard: Shard, fingerprint: &str) -> Result<(Agreed, InferFile), UnwindError> {
+    let mut merged: BTreeMap<String, EntityShape> = BTreeMap::new();
+    let mut untyped = EntityShape::default();
+    let mut mine = None;
+    let mut missing = Vec::new();
+    for index in 0..shard.count {
+        let s = Shard { index, count: shard.count };
+        let path = area::infer_path(out, s);
+        if !path.is_file() {
+            missing.push(index);
+            continue;
+        }
+        let f: InferFile = read_json(&path)?;
+        if f.format != SHARD_FORMAT || f.shard != s || f.fingerprint != fingerprint {
+            return Err(ShardError::ForeignInfer { shard, path: path.display().to_string() }.into());
+        }
+        for (k, v) in &f.shapes {
+            merged.entry(k.clone()).or_default().merge(v);
+        }
+        if let Some(u) = &f.untyped {
+            untyped.merge(u);
+        }
+        if s == shard {
+            mine = Some(f);
+        }
+    }
+    match mine {
+        Some(m) if missing.is_empty() => {
+            Ok((Agreed { shapes: merged, untyped: (untyped.items > 0).then_some(untyped) }, m))
+        }
+        _ => Err(ShardError::MissingInfer {
+            shard,
+            missing: list_shards(&missing),
+            count: shard.count,
+            dir: area::root(out).display().to_string(),
+        }
+        .into()),
+    }
+}
+
+/// Publishes the shards of one run under `target` as one output, as one run over every file
+/// would have written it. `aws` is for sources on object stores; `threads` is unused by the
+/// commit itself (it moves no data) and recorded as the shards ran.
+pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
+    let started = Instant::now();
+    let out = folder_of(target)?;
+    let shown = out.display().to_string();
+    let listing = area::list(out)?;
+    if listing.shards.is_empty() {
+        return Err(ShardError::NoShards { out: shown }.into());
+    }
+    let mut manifests: Vec<(PathBuf, ShardManifest)> = Vec::with_capacity(listing.shards.len());
+    for (_, dir) in &listing.shards {
+        let path = dir.join(area::SHARD_MANIFEST);
+        let m: ShardManifest = read_json(&path)?;
+        if m.format != SHARD_FORMAT {
+            return Err(damaged(&path)(format!("layout version {} (this etl reads {SHARD_FORMAT})", m.format)).into());
+        }
+        manifests.push((dir.clone(), m));
+    }
+    // One run: one fingerprint and one shard count.
+    let mut runs: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
+    for (_, m) in &manifests {
+        runs.entry((m.fingerprint.clone(), m.shard.count)).or_default().push(m.shard.index);
+    }
+    if runs.len() > 1 {
+        let list = runs
+            .iter()
+            .map(|((f, n), ix)| format!("run `{}` of {n} shards (shards {})", &f[..f.len().min(12)], list_shards(ix)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(ShardError::SeveralRuns { out: shown, runs: runs.len(), list }.into());
+    }
+    let count = manifests[0].1.shard.count;
+    let missing: Vec<u32> = (0..count).filter(|i| !manifests.iter().any(|(_, m)| m.shard.index == *i)).collect();
+    if !missing.is_empty() {
+        return Err(ShardError::Missing { out: shown, missing: list_shards(&missing), count }.into());
+    }
+    let inconsistent = |reason: String| UnwindError::from(ShardError::Inconsistent { out: shown.clone(), reason });
+    let first = &manifests[0].1;
+    let key = first.key.clone();
+    // The shards' files must tile the plan, in order.
+    let mut next = 0;
+    for (_, m) in &manifests {
+        if m.files.start != next || m.file_stats.len() != m.files.len() {
+            return Err(inconsistent(format!("shard {} read files {:?}, not from file {next}", m.shard, m.files)));
+        }
+        next = m.files.end;
+        let schemas = |m: &ShardManifest| serde_json::to_value(&m.schemas).ok();
+        if schemas(m) != schemas(first) || m.tables.len() != first.tables.len() {
+            return Err(inconsistent(format!("shards {} and {} wrote different schemas", first.shard, m.shard)));
+        }
+        if let Some(t) = m.tables.iter().zip(&first.tables).find(|(a, b)| a.name != b.name) {
+            return Err(inconsistent(format!(
+                "shard {} wrote table `{}` where shard {} wrote `{}`",
+                m.shard, t.0.name, first.shard, t.1.name
+            )));
+        }
+    }
+    if next != key.files.len() {
+        return Err(inconsistent(format!("the shards read {next} of the plan's {} files", key.files.len())));
+    }
+
+    // The settings the shards ran with.
+    let sources = key
+        .sources
+        .iter()
+        .map(|s| Location::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| inconsistent(format!("a recorded source does not parse: {e}")))?;
+    let mut settings = UnwindSettings::new(sources, target.clone());
+    settings.type_attribute = key.type_attribute.clone();
+    settings.threads = first.threads;
+    settings.strict = key.strict;
+    settings.allow_mismatch = key.allow_mismatch;
+    settings.max_rejects = key.max_rejects;
+    settings.max_line_bytes = key.max_line_bytes;
+    settings.row_groups = sink::RowGroups { rows: key.row_group_rows, bytes: key.row_group_bytes };
+    settings.target_file_bytes = key.target_file_bytes;
+    settings.on_drift = if key.on_drift_fail { OnDrift::Fail } else { OnDrift::Allow };
+    settings.format = if key.delta { Format::Delta } else { Format::Parquet };
+    settings.aws = aws.clone();
+
+    let mut sink = sink::open(
+        target,
+        &SinkSettings {
+            format: settings.format,
+            overwrite: false,
+            row_group_rows: settings.row_groups.rows,
+            aws: aws.clone(),
+        },
+    )?;
+    // The export must still be the one the shards read (the base kept is read from it).
+    let mut plan = source::resolve(&settings.sources, aws, &settings.scan, &sink.scratch().join(super::SCAN_SPOOL))?;
+    if files_key(&plan) != key.files {
+        return Err(inconsistent("the sources no longer resolve to the files the shards read".into()));
+    }
+    let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws)?;
+    let t_resolve = started.elapsed();
+
+    // The shards' parts, in shard order, renumbered as one run numbers them.
+    let t_write = Instant::now();
+    let mut tables = Vec::with_capacity(first.tables.len());
+    for (ti, t0) in first.tables.iter().enumerate() {
+        let mut files: Vec<FileReport> = Vec::new();
+        for (dir, m) in &manifests {
+            for f in m.tables[ti].files.iter().filter(|f| f.rows > 0) {
+                files.push(link(sink.as_ref(), dir, &t0.name, files.len(), f)?);
+            }
+        }
+        // A table no shard has rows of is one empty part, as one run writes it.
+        if files.is_empty()
+            && let Some(f) = t0.files.first()
+        {
+            files.push(link(sink.as_ref(), &manifests[0].0, &t0.name, 0, f)?);
+        }
+        tables.push(TableReport { rows: files.iter().map(|f| f.rows).sum(), files, ..t0.clone() });
+    }
+    let t_write = t_write.elapsed();
+
+    // One run's pass-one result, from the shards'.
+    let mut stats = vec![FileStats::default(); plan.files.len()];
+    let mut reject_counts: BTreeMap<RejectReason, u64> = BTreeMap::new();
+    let mut warnings = Vec::new();
+    let mut mapping: Option<MappingReport> = None;
+    let mut read_ms = 0;
+    for (_, m) in &manifests {
+        for (i, st) in m.files.clone().zip(&m.file_stats) {
+            stats[i] = st.clone();
+        }
+        for (r, n) in &m.reject_counts {
+            *reject_counts.entry(*r).or_default() += n;
+        }
+        warnings.extend(m.warnings.iter().cloned());
+        mapping = match (mapping, &m.mapping) {
+            (None, m) => m.clone(),
+            (Some(mut a), Some(b)) => {
+                merge_mapping(&mut a, b);
+                Some(a)
+            }
+            (Some(a), None) => Some(a),
+        };
+        read_ms = read_ms.max(m.timings.read_and_decode + m.timings.write);
+    }
+    warnings.sort();
+    let (shapes, untyped) = {
+        let (agreed, _) = agreed_shapes(out, first.shard, &first.fingerprint)?;
+        (agreed.shapes.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect(), agreed.untyped)
+    };
+    let read = ReadResult {
+        entity_stats: Vec::new(),
+        files: stats,
+        shapes,
+        untyped,
+        chunks: Vec::new(),
+        spills: Vec::new(),
+        reject_counts,
+        warnings,
+        chain: Default::default(),
+    };
+    let written = Written {
+        tables,
+        schemas: first.schemas.clone(),
+        widenings: first.widenings.clone(),
+        demoted: first.demoted.clone(),
+        renamed: first.renamed.clone(),
+        shortened: first.shortened.clone(),
+    };
+    let started_at = manifests.iter().map(|(_, m)| m.started_at.clone()).min().unwrap_or_default();
+    let (manifest, schemas) = super::assemble(Assembly {
+        plan: &plan,
+        settings: &settings,
+        read: &read,
+        written,
+        chain: None,
+        state: None,
+        keeping: keeping.clone(),
+        mapping,
+        started,
+        started_at,
+        timings: Timings {
+            resolve: t_resolve.as_millis() as u64,
+            // The slowest shard's reading and writing; the commit's own linking is `write`.
+            read_and_decode: read_ms,
+            write: t_write.as_millis() as u64,
+            total: 0,
+            keep_base: keeping.kept.map_or(0, |k| k.millis),
+        },
+    })?;
+    if settings.format == Format::Delta {
+        let txn_version = super::delta_txn_version(None, &plan);
+        sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None });
+    }
+    progress.set_phase(super::Phase::Committing);
+    let summary = super::publish(sink, manifest, schemas, &settings, progress)?;
+    // A Parquet commit replaced the folder, shards and all; a Delta commit adds to it.
+    let shards = area::root(out);
+    if shards.exists()
+        && let Err(e) = std::fs::remove_dir_all(&shards)
+    {
+        tracing::warn!(path = %shards.display(), error = %e, "cannot remove the committed shards");
+    }
+    Ok(summary)
+}
+
+/// Puts a shard's part file into the staged output as part `part` of `table`.
+fn link(
+    sink: &dyn sink::Sink,
+    shard_dir: &Path,
+    table: &str,
+    part: usize,
+    f: &FileReport,
+) -> Result<FileReport, UnwindError> {
+    let rel = part_path(table, part);
+    let from = shard_dir.join(&f.path);
+    sink.keep(&rel, &from, true)?.ok_or_else(|| UnwindError::Internal {
+        message: format!("the output's sink cannot take the shard file `{}`", from.display()),
+    })?;
+    Ok(FileReport { path: rel, ..f.clone() })
+}
+
+/// Adds `b`'s counts to `a`'s, entity by entity (shards of one run share one mapping).
+fn merge_mapping(a: &mut MappingReport, b: &MappingReport) {
+    for (x, y) in a.entities.iter_mut().zip(&b.entities) {
+        let EntityReport {
+            entity: _,
+            table: _,
+            items,
+            rows,
+            rejected,
+            key_template_failures,
+            key_conflicts,
+            coercion_failures,
+            required_missing,
+            nulled_values,
+            unmapped_attributes,
+            child_tables: _,
+            child_rows,
+        } = y;
+        x.items += items;
+        x.rows += rows;
+        x.rejected += rejected;
+        x.key_template_failures += key_template_failures;
+        x.key_conflicts += key_conflicts;
+        x.coercion_failures += coercion_failures;
+        x.required_missing += required_missing;
+        x.nulled_values += nulled_values;
+        x.child_rows += child_rows;
+        for (k, n) in unmapped_attributes {
+            *x.unmapped_attributes.entry(k.clone()).or_default() += n;
+        }
+    }
+}

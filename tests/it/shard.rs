@@ -1,0 +1,285 @@
+//! Sharded runs (`--shard I/N`, `etl commit`): the committed output equals one run's, shards
+//! agree on types no shard alone would infer, and what is not one complete run is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use datafusion::arrow::compute::concat_batches;
+use serde_json::{Value as Json, json};
+
+use crate::common::{etl, gzip, read_table, run_report, unwind, write_export};
+
+/// An export of 6 files whose shards disagree when alone: `n` is an integer in the first files
+/// and a decimal only in the last; `late` first appears in file 3; `Review` items only in the
+/// last file; a rejected line in file 2.
+fn disagreeing_export(dir: &Path) -> PathBuf {
+    let mut files = Vec::new();
+    let mut counts = Vec::new();
+    for f in 0..6u64 {
+        let mut text = String::new();
+        let mut n = 0;
+        for i in 0..40u64 {
+            let id = f * 100 + i;
+            let mut item = json!({
+                "PK": {"S": format!("USER#{id}")}, "SK": {"S": "PROFILE"}, "Type": {"S": "User"},
+                "n": {"N": id.to_string()}, "tags": {"SS": [format!("t{}", id % 3), "all"]},
+            });
+            if f == 5 && i == 7 {
+                item["n"] = json!({"N": "12.75"});
+            }
+            if f >= 3 && i % 5 == 0 {
+                item["late"] = json!({"B": "AAEC"});
+            }
+            text.push_str(&json!({ "Item": item }).to_string());
+            text.push('\n');
+            n += 1;
+            if f == 5 && i % 10 == 0 {
+                let r = json!({"Item": {"PK": {"S": format!("USER#{id}")}, "SK": {"S": format!("REVIEW#{i}")}, "Type": {"S": "Review"}, "stars": {"N": "4"}}});
+                text.push_str(&r.to_string());
+                text.push('\n');
+                n += 1;
+            }
+        }
+        if f == 2 {
+            text.push_str("{\"Item\": not json}\n");
+            n += 1;
+        }
+        files.push(gzip(text.as_bytes()));
+        counts.push(n);
+    }
+    write_export(dir, &files, &counts)
+}
+
+/// Every table of an output as one batch (part files in order), with its schema and metadata.
+fn tables(out: &Path) -> Vec<(String, datafusion::arrow::array::RecordBatch)> {
+    let report = run_report(out);
+    report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t["name"].as_str().unwrap().to_owned();
+            let (schema, batches) = read_table(&out.join(&name));
+            (name, concat_batches(&schema, &batches).unwrap())
+        })
+        .collect()
+}
+
+/// The committed output equals one run's: the same tables with the same schemas (field
+/// metadata included) and the same rows in the same order, and the same report but for timings,
+/// thread counts and file cuts.
+fn assert_same_output(sharded: &Path, single: &Path) {
+    let (a, b) = (tables(sharded), tables(single));
+    assert_eq!(a.len(), b.len());
+    for ((na, ba), (nb, bb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        assert_eq!(ba.schema(), bb.schema(), "table `{na}`");
+        assert_eq!(ba, bb, "table `{na}`");
+    }
+    let (ra, rb) = (run_report(sharded), run_report(single));
+    for key in ["reconciliation", "inputs", "exports", "rejects_by_reason", "widenings", "mapping", "drift"] {
+        assert_eq!(ra[key], rb[key], "run.json `{key}`");
+    }
+    let rows = |r: &Json| -> Vec<(String, u64)> {
+        r["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap().into(), t["rows"].as_u64().unwrap()))
+            .collect()
+    };
+    assert_eq!(rows(&ra), rows(&rb));
+    for t in std::fs::read_dir(single.join("_etl/schema")).unwrap() {
+        let t = t.unwrap().path();
+        let name = t.file_name().unwrap();
+        assert_eq!(std::fs::read(&t).unwrap(), std::fs::read(sharded.join("_etl/schema").join(name)).unwrap());
+    }
+    assert!(!sharded.join("_etl/shards").exists(), "the shards are gone with the commit");
+}
+
+fn shard(export: &Path, out: &Path, i: u32, n: u32, phase: &str, code: i32) -> crate::common::Run {
+    let spec = format!("{i}/{n}");
+    unwind(&[export], out, &["--shard", &spec, "--phase", phase], code)
+}
+
+#[test]
+fn shards_agree_on_types_and_the_commit_equals_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let export = disagreeing_export(&tmp.path().join("src"));
+    let single = tmp.path().join("single");
+    unwind(&[&export], &single, &["--threads", "2"], 0);
+    let out = tmp.path().join("sharded");
+    for i in 0..3 {
+        let r = shard(&export, &out, i, 3, "infer", 0);
+        assert!(r.stderr.contains(&format!("shard {i}/3: read ")), "{}", r.stderr);
+    }
+    // The write phase of a shard before the commit: nothing is visible to readers.
+    for i in 0..3 {
+        shard(&export, &out, i, 3, "write", 0);
+    }
+    assert!(!out.join("_etl/run.json").exists());
+    let r = etl(["sql", "--data", out.to_str().unwrap(), "SELECT 1"]);
+    assert_ne!(r.code, 0, "an output is not readable before its commit");
+
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_same_output(&out, &single);
+    // Shard 0 alone saw only integers in `n`: the committed table has the agreed decimal.
+    let user = tables(&out).into_iter().find(|(n, _)| n == "user").unwrap().1;
+    assert_eq!(user.schema().field_with_name("n").unwrap().data_type().to_string(), "Decimal128(38, 2)");
+    // Every shard's rows are in a part of its own, in shard order.
+    let files =
+        run_report(&out)["tables"].as_array().unwrap().iter().find(|t| t["name"] == "user").unwrap()["files"].clone();
+    assert_eq!(files.as_array().unwrap().len(), 3, "{files}");
+    // A second commit has nothing to commit and changes nothing.
+    let before = crate::common::tree(&out);
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("holds no finished shard"), "{}", r.stderr);
+    assert_eq!(crate::common::tree(&out), before);
+}
+
+#[test]
+fn what_is_not_one_complete_run_is_refused_and_nothing_is_published() {
+    let tmp = tempfile::tempdir().unwrap();
+    let export = disagreeing_export(&tmp.path().join("src"));
+    let out = tmp.path().join("out");
+    // The write phase needs every shard's shapes.
+    shard(&export, &out, 0, 2, "infer", 0);
+    let r = shard(&export, &out, 0, 2, "write", 1);
+    assert!(r.stderr.contains("shape files of shard 1 of 2 are missing"), "{}", r.stderr);
+    assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+    shard(&export, &out, 1, 2, "infer", 0);
+    shard(&export, &out, 0, 2, "write", 0);
+    // A missing shard.
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("shard 1 of 2 is not finished"), "{}", r.stderr);
+    assert!(!out.join("_etl/run.json").exists());
+    // A crashed attempt (its hidden folder) never counts as a shard.
+    std::fs::create_dir_all(out.join("_etl/shards/.attempt-00001-of-00002-1-2/user")).unwrap();
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert!(r.stderr.contains("shard 1 of 2 is not finished"), "{}", r.stderr);
+    // A shard of another run (another shard count) beside them.
+    shard(&export, &out, 0, 1, "infer", 0);
+    shard(&export, &out, 0, 1, "write", 0);
+    shard(&export, &out, 1, 2, "write", 0);
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("shards of 2 different runs"), "{}", r.stderr);
+    assert!(!out.join("_etl/run.json").exists());
+    std::fs::remove_dir_all(out.join("_etl/shards/shard-00000-of-00001")).unwrap();
+    // A re-run of a shard replaces its earlier attempt; the commit then publishes.
+    shard(&export, &out, 1, 2, "write", 0);
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let single = tmp.path().join("single");
+    unwind(&[&export], &single, &[], 0);
+    assert_same_output(&out, &single);
+    // `--shard` of an index beyond the count, and into an object store, are usage errors.
+    let r = etl(["unwind", export.to_str().unwrap(), "--out", "o", "--shard", "2/2"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = etl(["unwind", export.to_str().unwrap(), "--out", "s3://b/o", "--shard", "0/2"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
+
+#[test]
+fn a_sharded_delta_commit_is_one_commit_per_table_with_one_runs_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let export = disagreeing_export(&tmp.path().join("src"));
+    let single = tmp.path().join("single");
+    unwind(&[&export], &single, &["--format", "delta"], 0);
+    let out = tmp.path().join("out");
+    for phase in ["infer", "write"] {
+        for i in 0..2 {
+            unwind(&[&export], &out, &["--format", "delta", "--shard", &format!("{i}/2"), "--phase", phase], 0);
+        }
+    }
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (ra, rb) = (run_report(&out), run_report(&single));
+    assert_eq!(ra["reconciliation"], rb["reconciliation"]);
+    for (a, b) in ra["tables"].as_array().unwrap().iter().zip(rb["tables"].as_array().unwrap()) {
+        assert_eq!((&a["name"], &a["rows"], &a["delta_version"]), (&b["name"], &b["rows"], &b["delta_version"]));
+        assert_eq!(a["delta_version"], json!(0), "one commit per table");
+        // The rows the Delta log lists, in order.
+        let rows = |out: &Path, t: &Json| -> Vec<datafusion::arrow::array::RecordBatch> {
+            t["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|f| {
+                    let p = out.join(f["path"].as_str().unwrap());
+                    let b = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                        std::fs::File::open(&p).unwrap(),
+                    )
+                    .unwrap();
+                    b.build().unwrap().map(Result::unwrap).collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let (xa, xb) = (rows(&out, a), rows(&single, b));
+        let schema = xb[0].schema();
+        assert_eq!(concat_batches(&schema, &xa).unwrap(), concat_batches(&schema, &xb).unwrap(), "{}", a["name"]);
+    }
+    assert!(!out.join("_etl/shards").exists());
+}
+
+/// The `args` of each Job in `deploy/kubernetes/sharded-unwind.yaml`, in order.
+fn kubernetes_commands() -> Vec<String> {
+    let yaml = std::fs::read_to_string(crate::common::root().join("deploy/kubernetes/sharded-unwind.yaml")).unwrap();
+    let mut out = Vec::new();
+    let mut in_args = false;
+    for line in yaml.lines() {
+        let t = line.trim();
+        if t == "args:" {
+            in_args = true;
+            continue;
+        }
+        if in_args {
+            out.push(t.strip_prefix("- ").expect("one command per Job, as `- COMMAND`").to_owned());
+            in_args = false;
+        }
+    }
+    out
+}
+
+#[test]
+fn the_kubernetes_recipe_run_as_local_processes_equals_one_run() {
+    let commands = kubernetes_commands();
+    assert_eq!(commands.len(), 3, "{commands:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    let export = disagreeing_export(&tmp.path().join("src"));
+    let out = tmp.path().join("out");
+    let bin = Path::new(env!("CARGO_BIN_EXE_etl")).parent().unwrap().to_owned();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let shards = 4;
+    for command in &commands {
+        // An Indexed Job runs `completions` pods at once, each with its `JOB_COMPLETION_INDEX`.
+        let indexed = command.contains("$JOB_COMPLETION_INDEX");
+        let pods: Vec<_> = (0..if indexed { shards } else { 1 })
+            .map(|i| {
+                Command::new("/bin/sh")
+                    .arg("-c")
+                    .arg(command)
+                    .env("PATH", &path)
+                    .env("SOURCE", &export)
+                    .env("OUT", &out)
+                    .env("SHARDS", shards.to_string())
+                    .env("JOB_COMPLETION_INDEX", i.to_string())
+                    .env("NO_COLOR", "1")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for p in pods {
+            let p = p.wait_with_output().unwrap();
+            assert!(p.status.success(), "{command}: {}", String::from_utf8_lossy(&p.stderr));
+        }
+    }
+    let single = tmp.path().join("single");
+    unwind(&[&export], &single, &[], 0);
+    assert_same_output(&out, &single);
+}
