@@ -81,7 +81,8 @@ pub struct StartArgs {
     /// (15 minutes to 24 hours; a longer time is cut at 24 hours, a shorter one refused).
     #[arg(long, requires = "since")]
     pub incremental: bool,
-    /// An etl output (local or `s3://`) whose `_etl/state.json` says up to when it holds the table.
+    /// An etl output (local or `s3://`): the window starts where the exports its committed
+    /// `_etl/run.json` records end.
     #[arg(long, value_name = "DIR", requires = "incremental")]
     pub since: Option<String>,
     /// What an incremental export's change records carry.
@@ -110,6 +111,8 @@ pub enum SinceError {
     Store(#[from] StoreError),
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    Manifest(#[from] crate::sink::ManifestError),
     #[error("`{dir}` has no `{STATE_FILE}`, so it says nothing of what it holds")]
     NoState { dir: String },
     #[error("`{dir}` holds no export with a valid end time (`exportToTime` or `exportTime`)")]
@@ -126,6 +129,7 @@ impl SinceError {
             SinceError::Location(e) => e.hint().map(str::to_owned),
             SinceError::Store(e) => Some(e.hint().to_owned()),
             SinceError::State(e) => e.hint(),
+            SinceError::Manifest(_) => None,
             SinceError::NoState { .. } | SinceError::NoTime { .. } => Some(
                 "unwind a full export into it first (`etl export start --wait`, then `etl unwind`), or name the output a scheduled job writes".into(),
             ),
@@ -142,25 +146,44 @@ impl SinceError {
     }
 }
 
-/// The run state of the output at `since`, local or in an object store.
+/// What the output at `since` holds, local or in an object store: the state its committed
+/// `_etl/run.json` records (or, for an output made from a full export alone, the state of the
+/// exports it lists). The commit record, not `_etl/state.json`, which is a copy written after it
+/// and can be ahead of it when a run was killed in between; an output without `run.json` is read
+/// from its `state.json`.
 async fn read_state(since: &str, aws: &AwsArgs) -> Result<RunState, SinceError> {
     let no_state = || SinceError::NoState { dir: since.to_owned() };
+    let of_manifest = |m: crate::sink::RunManifest| {
+        m.state.or_else(|| (!m.exports.is_empty()).then(|| crate::state::of_exports(&m.exports, &[], None)))
+    };
     match Location::parse(since)? {
         Location::Object(url) => {
             let store = crate::store::open(&url, &aws.options()).await?;
-            let key = format!("{}{STATE_FILE}", url.dir_prefix());
-            let state_url = url.url_of(&key);
-            let got =
-                match object_store::ObjectStoreExt::get(&store, &object_store::path::Path::from(key.as_str())).await {
+            let get = async |file: &str| -> Result<Option<(String, Vec<u8>)>, SinceError> {
+                let key = format!("{}{file}", url.dir_prefix());
+                let at = url.url_of(&key);
+                let got = match object_store::ObjectStoreExt::get(&store, &object_store::path::Path::from(key.as_str()))
+                    .await
+                {
                     Ok(got) => got,
-                    Err(object_store::Error::NotFound { .. }) => return Err(no_state()),
-                    Err(e) => return Err(StoreError::object("read", &state_url, &e).into()),
+                    Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                    Err(e) => return Err(StoreError::object("read", &at, &e).into()),
                 };
-            let bytes = got.bytes().await.map_err(|e| StoreError::object("read", &state_url, &e))?;
-            serde_json::from_slice(&bytes)
-                .map_err(|e| StateError::Invalid { path: state_url, message: e.to_string() }.into())
+                let bytes = got.bytes().await.map_err(|e| StoreError::object("read", &at, &e))?;
+                Ok(Some((at, bytes.to_vec())))
+            };
+            if let Some((at, bytes)) = get(crate::sink::local::RUN_REPORT).await? {
+                return of_manifest(crate::sink::RunManifest::parse(&at, &bytes)?).ok_or_else(no_state);
+            }
+            let (at, bytes) = get(STATE_FILE).await?.ok_or_else(no_state)?;
+            serde_json::from_slice(&bytes).map_err(|e| StateError::Invalid { path: at, message: e.to_string() }.into())
         }
-        Location::Path(dir) => crate::state::read_local(&dir)?.ok_or_else(no_state),
+        Location::Path(dir) => {
+            if dir.join(crate::sink::local::RUN_REPORT).is_file() {
+                return of_manifest(crate::sink::RunManifest::read(&dir)?).ok_or_else(no_state);
+            }
+            crate::state::read_local(&dir)?.ok_or_else(no_state)
+        }
         Location::Stdin | Location::DynamoDb { .. } => Err(LocationError::WrongRole {
             given: since.to_owned(),
             role: "an etl output (a folder or an `s3://` prefix)",

@@ -396,6 +396,29 @@ fn export_start_incremental_since_an_output() {
     assert_eq!(exports.len(), 1, "{exports:?}");
     assert_eq!(exports[0]["ExportType"], "INCREMENTAL_EXPORT", "{exports:?}");
 
+    // An output etl made from a full export alone (no chain, so no `_etl/state.json`): the
+    // window starts at the export's `exportTime`, read from the committed `_etl/run.json`, which
+    // wins over a `state.json` that is ahead of it (a run killed between the two).
+    let made = tmp.path().join("made");
+    let export = crate::common::write_export(&made.join("src"), &[crate::common::gzip(b"")], &[0]);
+    let held = now - chrono::Duration::hours(2);
+    let from = held.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let summary = std::fs::read_to_string(export.join("manifest-summary.json")).unwrap();
+    let mut summary: Json = serde_json::from_str(&summary).unwrap();
+    summary["tableArn"] = Json::String(arn.clone());
+    summary["exportTime"] = Json::String(from.clone());
+    let summary = summary.to_string();
+    std::fs::write(export.join("manifest-summary.json"), &summary).unwrap();
+    std::fs::write(export.join("manifest-summary.md5"), crate::common::md5_b64(summary.as_bytes())).unwrap();
+    let out = made.join("out");
+    crate::common::unwind(&[&export], &out, &[], 0);
+    assert!(!out.join("_etl/state.json").exists());
+    let ahead = tmp.path().join("ahead");
+    output_holding(&ahead, &arn, now - chrono::Duration::minutes(1));
+    std::fs::copy(ahead.join("_etl/state.json"), out.join("_etl/state.json")).unwrap();
+    let r = start(s(&out), "new-image", 0);
+    assert!(r.stderr.contains(&format!("({from} to ")), "{}", r.stderr);
+
     // Three days ago: cut at 24 hours. The same state read from `s3://`.
     let out = tmp.path().join("days");
     let held = now - chrono::Duration::days(3);
