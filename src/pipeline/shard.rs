@@ -38,7 +38,6 @@ use crate::aws::AwsOptions;
 use crate::mapping::infer::EntityShape;
 use crate::normalize::{MappedTables, RejectReason};
 use crate::schema::diff::OnDrift;
-use crate::schema::{Demoted, Renamed, TableSchema, Widening};
 use crate::sink::manifest::{EntityReport, FileReport, MappingReport, TableReport, Timings};
 use crate::sink::parquet::{part_path, writer_properties};
 use crate::sink::shard::{self as area, ShardFolder};
@@ -227,12 +226,8 @@ pub struct ShardManifest {
     pub reject_counts: BTreeMap<RejectReason, u64>,
     pub warnings: Vec<String>,
     pub mapping: Option<MappingReport>,
-    pub tables: Vec<TableReport>,
-    pub schemas: Vec<TableSchema>,
-    pub widenings: Vec<Widening>,
-    pub demoted: Vec<Demoted>,
-    pub renamed: Vec<Renamed>,
-    pub shortened: Vec<(String, String)>,
+    /// The shard's tables (its part files) and the schemas every shard of the run shares.
+    pub written: Written,
     pub timings: Timings,
 }
 
@@ -383,12 +378,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
             .as_deref()
             .zip(mapped_tables.as_ref())
             .map(|(m, t)| report::mapping(m, t, &read.entity_stats)),
-        tables: written.tables,
-        schemas: written.schemas,
-        widenings: written.widenings,
-        demoted: written.demoted,
-        renamed: written.renamed,
-        shortened: written.shortened,
+        written,
         timings: Timings {
             resolve: t_resolve.as_millis() as u64,
             read_and_decode: t_read.as_millis() as u64,
@@ -497,11 +487,12 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             return Err(inconsistent(format!("shard {} read files {:?}, not from file {next}", m.shard, m.files)));
         }
         next = m.files.end;
-        let schemas = |m: &ShardManifest| serde_json::to_value(&m.schemas).ok();
-        if schemas(m) != schemas(first) || m.tables.len() != first.tables.len() {
+        // Everything but the part files derives from the merged shapes: the same in every shard.
+        let shared = |m: &ShardManifest| serde_json::to_value(Written { tables: Vec::new(), ..m.written.clone() }).ok();
+        if shared(m) != shared(first) || m.written.tables.len() != first.written.tables.len() {
             return Err(inconsistent(format!("shards {} and {} wrote different schemas", first.shard, m.shard)));
         }
-        if let Some(t) = m.tables.iter().zip(&first.tables).find(|(a, b)| a.name != b.name) {
+        if let Some(t) = m.written.tables.iter().zip(&first.written.tables).find(|(a, b)| a.name != b.name) {
             return Err(inconsistent(format!(
                 "shard {} wrote table `{}` where shard {} wrote `{}`",
                 m.shard, t.0.name, first.shard, t.1.name
@@ -551,11 +542,11 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
 
     // The shards' parts, in shard order, renumbered as one run numbers them.
     let t_write = Instant::now();
-    let mut tables = Vec::with_capacity(first.tables.len());
-    for (ti, t0) in first.tables.iter().enumerate() {
+    let mut tables = Vec::with_capacity(first.written.tables.len());
+    for (ti, t0) in first.written.tables.iter().enumerate() {
         let mut files: Vec<FileReport> = Vec::new();
         for (dir, m) in &manifests {
-            for f in m.tables[ti].files.iter().filter(|f| f.rows > 0) {
+            for f in m.written.tables[ti].files.iter().filter(|f| f.rows > 0) {
                 files.push(link(sink.as_ref(), dir, &t0.name, files.len(), f)?);
             }
         }
@@ -609,14 +600,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         warnings,
         chain: Default::default(),
     };
-    let written = Written {
-        tables,
-        schemas: first.schemas.clone(),
-        widenings: first.widenings.clone(),
-        demoted: first.demoted.clone(),
-        renamed: first.renamed.clone(),
-        shortened: first.shortened.clone(),
-    };
+    let written = Written { tables, ..first.written.clone() };
     let started_at = manifests.iter().map(|(_, m)| m.started_at.clone()).min().unwrap_or_default();
     let (manifest, schemas) = super::assemble(Assembly {
         plan: &plan,

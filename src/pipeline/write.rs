@@ -23,7 +23,8 @@ use crate::sink::parquet::plan_parts;
 use crate::sink::{PartSink, SinkError};
 use crate::source::Plan;
 
-/// What pass two wrote.
+/// What pass two wrote (also what a shard of a sharded run records for the commit).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Written {
     pub tables: Vec<TableReport>,
     pub schemas: Vec<TableSchema>,
