@@ -280,7 +280,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let t_read = Instant::now();
     let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
-    let read = read::read_all(&plan, 0..plan.files.len(), settings, mapped, chain.as_ref(), &scratch, progress)?;
+    let read = read::read_all(&plan, read::Scope::all(&plan), settings, mapped, chain.as_ref(), &scratch, progress)?;
     let t_read = t_read.elapsed();
 
     progress.set_phase(Phase::Writing);

@@ -81,11 +81,30 @@ struct Inferred {
 }
 
 impl Inferred {
-    /// Observes and spills one item; `true` when the chunk is full.
-    fn add(&mut self, item: &Item<'_>, file: u32, line: u64) -> bool {
+    /// Observes one item, and spills it when `spill`; `true` when the chunk is full.
+    fn add(&mut self, item: &Item<'_>, file: u32, line: u64, spill: bool) -> bool {
         self.shape.observe(item, file, line);
-        spill::encode_item(item, &mut self.buf.bytes);
+        if spill {
+            spill::encode_item(item, &mut self.buf.bytes);
+        }
         self.buf.bytes.len() >= CHUNK_BYTES
+    }
+}
+
+/// What pass one reads, and whether it keeps the rows.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The plan files to read (every file, but for a shard).
+    pub files: std::ops::Range<usize>,
+    /// Spill rows and rejects for pass two; `false` counts and infers only (a shard's
+    /// `--phase infer`).
+    pub spill: bool,
+}
+
+impl Scope {
+    /// Every file of `plan`, rows kept.
+    pub fn all(plan: &Plan) -> Scope {
+        Scope { files: 0..plan.files.len(), spill: true }
     }
 }
 
@@ -96,6 +115,8 @@ struct Worker<'a> {
     normalizer: Normalizer<'a>,
     spill: BufWriter<File>,
     spill_path: PathBuf,
+    /// Rows and rejects are spilled (see [`Scope::spill`]).
+    keep_rows: bool,
     spill_pos: u64,
     chunks: Vec<ChunkRef>,
     entities: HashMap<Arc<str>, Inferred>,
@@ -125,6 +146,7 @@ impl<'a> Worker<'a> {
         mapped: Option<(&'a Mapping, &'a MappedTables)>,
         chain: Option<&'a Applier>,
         scratch: &Path,
+        keep_rows: bool,
     ) -> Result<Self, UnwindError> {
         let spill_path = scratch.join(format!("spill-{worker}.bin"));
         let f = File::create(&spill_path).map_err(io_err("create", &spill_path))?;
@@ -135,6 +157,7 @@ impl<'a> Worker<'a> {
             normalizer: Normalizer::new(&settings.type_attribute, mapped),
             spill: BufWriter::with_capacity(1 << 20, f),
             spill_path,
+            keep_rows,
             spill_pos: 0,
             chunks: Vec::new(),
             entities: HashMap::new(),
@@ -242,12 +265,12 @@ impl<'a> Worker<'a> {
         }
         match self.normalizer.normalize(record) {
             Normalized::Inferred { entity: Some(name), item } => {
-                let file = self.file;
+                let (file, keep) = (self.file, self.keep_rows);
                 let full = match self.entities.get_mut(name) {
-                    Some(state) => state.add(item, file, line),
+                    Some(state) => state.add(item, file, line, keep),
                     None => {
                         let mut state = Inferred::default();
-                        let full = state.add(item, file, line);
+                        let full = state.add(item, file, line, keep);
                         self.entities.insert(Arc::from(name), state);
                         full
                     }
@@ -261,7 +284,7 @@ impl<'a> Worker<'a> {
                 }
             }
             Normalized::Inferred { entity: None, item } => {
-                if self.untyped.add(item, self.file, line) {
+                if self.untyped.add(item, self.file, line, self.keep_rows) {
                     let mut b = std::mem::take(&mut self.untyped.buf);
                     self.write_chunk(TableId::Untyped, &mut b)?;
                     self.untyped.buf = b;
@@ -281,6 +304,9 @@ impl<'a> Worker<'a> {
         let Some(buf) = self.mapped.get_mut(table as usize) else {
             return Err(UnwindError::Internal { message: format!("mapped table {table} does not exist") });
         };
+        if !self.keep_rows {
+            return Ok(());
+        }
         spill::encode_item(row, &mut buf.bytes);
         if buf.bytes.len() >= CHUNK_BYTES {
             let mut b = std::mem::take(buf);
@@ -317,6 +343,9 @@ impl<'a> Worker<'a> {
             raw,
             truncated,
         };
+        if !self.keep_rows {
+            return Ok(());
+        }
         spill::encode_reject(&row, &mut self.rejects.bytes);
         if self.rejects.bytes.len() >= CHUNK_BYTES {
             let mut b = std::mem::take(&mut self.rejects);
@@ -361,12 +390,12 @@ fn strict_file_check(f: &DataFile, d: &FileDigest) -> Result<(), UnwindError> {
     }
 }
 
-/// Runs pass one over the files `only` of `plan` (every file, but for a shard); the other files'
+/// Runs pass one over the files `scope` names (every file, but for a shard); the other files'
 /// stats stay empty, and their global indexes keep rows, shapes and rejects where one run over
 /// every file would put them.
 pub fn read_all(
     plan: &Plan,
-    only: std::ops::Range<usize>,
+    scope: Scope,
     settings: &UnwindSettings,
     mapped: Option<(&Mapping, &MappedTables)>,
     chain: Option<&Applier>,
@@ -375,10 +404,10 @@ pub fn read_all(
 ) -> Result<ReadResult, UnwindError> {
     let workers = pool::run(
         settings.threads,
-        only.len(),
-        |w| Worker::new(w, settings, mapped, chain, scratch),
+        scope.files.len(),
+        |w| Worker::new(w, settings, mapped, chain, scratch, scope.spill),
         |worker, k, stop| {
-            let i = only.start + k;
+            let i = scope.files.start + k;
             worker.read_file(i, &plan.files[i], progress, stop)
         },
     )?;

@@ -311,7 +311,9 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let t_read = Instant::now();
     let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
-    let mut read = read::read_all(&plan, files.clone(), settings, mapped, None, &scratch, progress)?;
+    // The infer phase keeps no rows: it only counts and observes shapes.
+    let scope = read::Scope { files: files.clone(), spill: run.phase == ShardPhase::Write };
+    let mut read = read::read_all(&plan, scope, settings, mapped, None, &scratch, progress)?;
     let t_read = t_read.elapsed();
     let items: u64 = read.files.iter().map(|f| f.digest.units).sum();
     let rejects: u64 = read.reject_counts.values().sum();
