@@ -211,60 +211,36 @@ impl Session {
                 });
             };
             for (name, v) in &at.tables {
-                let opened = delta_provider(&ctx, &dir.join(name), name, v.version).await?;
-                let schema = match opened.files.first() {
-                    Some(f) => local_parquet_schema(f)?,
-                    None => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
-                };
-                ctx.register_table(datafusion::common::TableReference::bare(name.clone()), opened.provider)?;
-                tables.push(TableInfo {
-                    name: name.clone(),
-                    rows: v.rows,
-                    files: opened.files,
-                    schema,
-                    delta: Some(opened.info),
-                });
+                tables.push(register_delta(&ctx, dir, name, v.rows, v.version, None).await?);
             }
-            let params = parse_params(&opts.params)?;
-            return Ok(Session { ctx, tables, data_dir: opts.data.to_string(), opts, params });
-        }
-        for t in run.tables {
-            if let (Data::Local(dir), Some(version)) = (&data, t.delta_version)
-                && crate::sink::delta::is_delta_table(&dir.join(&t.name))
-            {
-                let opened = delta_provider(&ctx, &dir.join(&t.name), &t.name, version).await?;
+        } else {
+            for t in run.tables {
+                if let (Data::Local(dir), Some(version)) = (&data, t.delta_version)
+                    && crate::sink::delta::is_delta_table(&dir.join(&t.name))
+                {
+                    let listed = match t.files.first() {
+                        Some(f) => Some(data.written_schema(&f.path).await?),
+                        None => None,
+                    };
+                    tables.push(register_delta(&ctx, dir, &t.name, t.rows, version, listed).await?);
+                    continue;
+                }
+                let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
+                let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+                let config = ListingTableConfig::new_with_multi_paths(urls.clone())
+                    .with_listing_options(options)
+                    .infer_schema(&ctx.state())
+                    .await?;
+                let table = ListingTable::try_new(config)?;
+                // The schema as written (with etl's field metadata), for `\d`.
                 let schema = match t.files.first() {
                     Some(f) => data.written_schema(&f.path).await?,
-                    None => match opened.files.first() {
-                        Some(f) => local_parquet_schema(f)?,
-                        None => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
-                    },
+                    None => datafusion::datasource::TableProvider::schema(&table),
                 };
-                ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), opened.provider)?;
-                tables.push(TableInfo {
-                    name: t.name,
-                    rows: t.rows,
-                    files: opened.files,
-                    schema,
-                    delta: Some(opened.info),
-                });
-                continue;
+                ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), Arc::new(table))?;
+                let files = urls.iter().map(|u| u.to_string()).collect();
+                tables.push(TableInfo { name: t.name, rows: t.rows, files, schema, delta: None });
             }
-            let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
-            let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-            let config = ListingTableConfig::new_with_multi_paths(urls.clone())
-                .with_listing_options(options)
-                .infer_schema(&ctx.state())
-                .await?;
-            let table = ListingTable::try_new(config)?;
-            // The schema as written (with etl's field metadata), for `\d`.
-            let schema = match t.files.first() {
-                Some(f) => data.written_schema(&f.path).await?,
-                None => datafusion::datasource::TableProvider::schema(&table),
-            };
-            ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), Arc::new(table))?;
-            let files = urls.iter().map(|u| u.to_string()).collect();
-            tables.push(TableInfo { name: t.name, rows: t.rows, files, schema, delta: None });
         }
         let params = parse_params(&opts.params)?;
         Ok(Session { ctx, tables, data_dir: opts.data.to_string(), opts, params })
@@ -439,19 +415,10 @@ impl Data {
     // still works and reads only the footer, which is all this needs.
     #[allow(deprecated)]
     async fn written_schema(&self, rel: &str) -> Result<SchemaRef, SqlError> {
-        use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
         use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
         let parquet = |e: datafusion::parquet::errors::ParquetError| SqlError::DataFusion(e.into());
         match self {
-            Data::Local(dir) => {
-                let f = dir.join(rel);
-                let file = std::fs::File::open(&f).map_err(|source| SqlError::Io {
-                    action: "open",
-                    path: f.display().to_string(),
-                    source,
-                })?;
-                Ok(ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?.schema().clone())
-            }
+            Data::Local(dir) => parquet_file_schema(&dir.join(rel)),
             Data::Object { url, store } => {
                 let key = object_store::path::Path::from(format!("{}{rel}", url.dir_prefix()));
                 let reader = ParquetObjectReader::new(store.clone(), key);
@@ -525,7 +492,6 @@ fn commit_info(table: &std::path::Path, version: u64) -> (Option<String>, Option
 /// The schema written into a local Parquet file (a path, or a `file://` URL, as deltalake lists a
 /// local table's files), with its field metadata.
 fn local_parquet_schema(file: &str) -> Result<SchemaRef, SqlError> {
-    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let path = match url::Url::parse(file) {
         Ok(u) if u.scheme() == "file" => u.to_file_path().ok(),
         _ => Some(std::path::PathBuf::from(file)).filter(|p| p.is_absolute()),
@@ -534,13 +500,40 @@ fn local_parquet_schema(file: &str) -> Result<SchemaRef, SqlError> {
         path: file.to_owned(),
         reason: "a Delta table lists a file that is not local".into(),
     })?;
-    let file = std::fs::File::open(&path).map_err(|source| SqlError::Io {
+    parquet_file_schema(&path)
+}
+
+/// The schema written into the local Parquet file at `path`, with its field metadata.
+fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let file = std::fs::File::open(path).map_err(|source| SqlError::Io {
         action: "open",
         path: path.display().to_string(),
         source,
     })?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| SqlError::DataFusion(e.into()))?;
     Ok(reader.schema().clone())
+}
+
+/// Registers the Delta table `dir/name` at `version` as `name`. Its schema for `\d` is `listed`
+/// (the schema of the first file the run report lists) when given, else that of the version's
+/// first file, else the provider's.
+async fn register_delta(
+    ctx: &SessionContext,
+    dir: &std::path::Path,
+    name: &str,
+    rows: u64,
+    version: u64,
+    listed: Option<SchemaRef>,
+) -> Result<TableInfo, SqlError> {
+    let opened = delta_provider(ctx, &dir.join(name), name, version).await?;
+    let schema = match (listed, opened.files.first()) {
+        (Some(s), _) => s,
+        (None, Some(f)) => local_parquet_schema(f)?,
+        (None, None) => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
+    };
+    ctx.register_table(datafusion::common::TableReference::bare(name.to_owned()), opened.provider)?;
+    Ok(TableInfo { name: name.to_owned(), rows, files: opened.files, schema, delta: Some(opened.info) })
 }
 
 /// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.
