@@ -230,21 +230,8 @@ fn publish(out: &Path, staging: &Staging, manifest: &mut RunManifest) -> Result<
     if let Some(state) = &mut manifest.state {
         state.delta_versions = versions;
     }
-    let etl_dir = staging.path().join("_etl");
-    fs::create_dir_all(&etl_dir).map_err(SinkError::io("create", &etl_dir))?;
-    let run = staging.path().join(RUN_REPORT);
-    fs::write(&run, manifest.to_bytes()).map_err(SinkError::io("write", &run))?;
-    sync(&run)?;
-    if let Some(state) = &manifest.state {
-        let text = serde_json::to_string_pretty(state).map_err(|e| SinkError::io("encode", &run)(e.into()))?;
-        let staged = staging.path().join(crate::state::STATE_FILE);
-        fs::write(&staged, text + "\n").map_err(SinkError::io("write", &staged))?;
-        sync(&staged)?;
-        fs::rename(&staged, out.join(crate::state::STATE_FILE)).map_err(SinkError::io("publish", &staged))?;
-    }
-    fs::rename(&run, out.join(RUN_REPORT)).map_err(SinkError::io("publish", &run))?;
-    sync(&out.join("_etl"))?;
-    Ok(())
+    // The tables' contracts do not change: run.json and the state only.
+    super::publish_manifest(staging.path(), out, manifest, &[])
 }
 
 /// Deletes, in every Delta table of the output at `out` (those `_etl/run.json` lists and those

@@ -390,33 +390,44 @@ impl Sink for DeltaSink {
             state.delta_versions = versions;
         }
         // `_etl/run.json` last: written into the staging folder, then renamed over the previous.
-        manifest::write(staging.path(), &manifest, schemas)
-            .map_err(SinkError::io("write the run manifest in", staging.path()))?;
-        let schema_dir = target.join(manifest::SCHEMA_DIR);
-        fs::create_dir_all(&schema_dir).map_err(SinkError::io("create", &schema_dir))?;
-        for s in schemas {
-            let name = format!("{}.json", s.table);
-            let from = staging.path().join(manifest::SCHEMA_DIR).join(&name);
-            fs::rename(&from, schema_dir.join(&name)).map_err(SinkError::io("publish", &from))?;
-        }
-        // The run state: this run's, or none (a previous one would name exports no longer held).
-        let state_file = staging.path().join(crate::state::STATE_FILE);
-        let published_state = target.join(crate::state::STATE_FILE);
-        if state_file.is_file() {
-            sync(&state_file)?;
-            fs::rename(&state_file, &published_state).map_err(SinkError::io("publish", &state_file))?;
-        } else if published_state.is_file() {
-            fs::remove_file(&published_state).map_err(SinkError::io("remove", &published_state))?;
-        }
-        super::faults::point("delta-state-copied");
-        let from = staging.path().join(RUN_REPORT);
-        sync(&from)?;
-        fs::rename(&from, target.join(RUN_REPORT)).map_err(SinkError::io("publish", &from))?;
-        sync(&schema_dir)?;
+        publish_manifest(staging.path(), &target, &manifest, schemas)?;
         // Dropping the staging folder removes what is left of it, then releases the lock.
         drop(staging);
         Ok((manifest, Committed { run_id: None, files, bytes, deleted: 0 }))
     }
+}
+
+/// Publishes `manifest` from `staging` into the output `target`: the schema contracts, the run
+/// state (this run's, or none: a previous one would name exports no longer held), and
+/// `_etl/run.json` last, each synced and renamed into place. Called with the output's lock held.
+pub(super) fn publish_manifest(
+    staging: &Path,
+    target: &Path,
+    manifest: &RunManifest,
+    schemas: &[TableSchema],
+) -> Result<(), SinkError> {
+    manifest::write(staging, manifest, schemas).map_err(SinkError::io("write the run manifest in", staging))?;
+    let schema_dir = target.join(manifest::SCHEMA_DIR);
+    fs::create_dir_all(&schema_dir).map_err(SinkError::io("create", &schema_dir))?;
+    for s in schemas {
+        let name = format!("{}.json", s.table);
+        let from = staging.join(manifest::SCHEMA_DIR).join(&name);
+        fs::rename(&from, schema_dir.join(&name)).map_err(SinkError::io("publish", &from))?;
+    }
+    let state_file = staging.join(crate::state::STATE_FILE);
+    let published_state = target.join(crate::state::STATE_FILE);
+    if state_file.is_file() {
+        sync(&state_file)?;
+        fs::rename(&state_file, &published_state).map_err(SinkError::io("publish", &state_file))?;
+    } else if published_state.is_file() {
+        fs::remove_file(&published_state).map_err(SinkError::io("remove", &published_state))?;
+    }
+    super::faults::point("delta-state-copied");
+    let from = staging.join(RUN_REPORT);
+    sync(&from)?;
+    fs::rename(&from, target.join(RUN_REPORT)).map_err(SinkError::io("publish", &from))?;
+    sync(&schema_dir)?;
+    sync(&target.join("_etl"))
 }
 
 /// The Delta table at `dir`, at its latest version.
