@@ -381,11 +381,12 @@ pub struct TableReport {
 
 /// What one table's Delta commit did in a run that applied incremental exports onto a Delta
 /// output: the rows of the changed keys replaced in the files that held them (`merge`), the whole
-/// table replaced (`replace`, with the reason), or nothing because the table's transaction already
-/// covered the exports (`skipped`).
+/// table replaced (`replace`, with the reason), nothing because no changed key touched it
+/// (`unchanged`), or nothing because the table's transaction already covered the exports
+/// (`skipped`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeltaMerge {
-    pub mode: String,
+    pub mode: MergeMode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Keys the new exports changed (all tables).
@@ -403,6 +404,21 @@ pub struct DeltaMerge {
     /// Columns added to the table's schema by this commit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub columns_added: Vec<String>,
+}
+
+/// How a table's Delta commit applied a run's changes (see [`DeltaMerge`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeMode {
+    /// The changed keys' rows replaced in the files that held them.
+    #[default]
+    Merge,
+    /// No changed key touched the table: nothing committed.
+    Unchanged,
+    /// The table's transaction already covered the exports: nothing committed.
+    Skipped,
+    /// The whole table replaced in one commit (the reason is given).
+    Replace,
 }
 
 impl TableReport {

@@ -34,7 +34,7 @@ use super::{DeltaError, TXN_APP_ID, add_action, delta_schema, sync};
 use crate::normalize::BatchBuilder;
 use crate::schema::TableSchema;
 use crate::sink::SinkError;
-use crate::sink::manifest::{DeltaMerge, FileReport};
+use crate::sink::manifest::{self, DeltaMerge, FileReport};
 
 /// What [`merge`] did.
 pub enum Merged {
@@ -322,7 +322,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         Err(reason) => return Ok(Merged::Replace(reason)),
     };
     let mut report = DeltaMerge {
-        mode: "merge".into(),
+        mode: manifest::MergeMode::Merge,
         changed_keys: keys.len() as u64,
         columns_added: plan.added.clone(),
         ..Default::default()
@@ -414,7 +414,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     report.files_added = files.len() as u64;
     report.bytes_added = files.iter().map(|f| f.bytes).sum();
     if actions.is_empty() && plan.new_delta.is_none() {
-        report.mode = "unchanged".into();
+        report.mode = manifest::MergeMode::Unchanged;
         return Ok(Merged::Done { version: current_version, report, files });
     }
     sync(dir)?;

@@ -250,7 +250,8 @@ impl Sink for DeltaSink {
                     let version = t.version().unwrap_or_default();
                     tracing::info!(table = %table.name, version, "the table's Delta transaction covers this run: skipped");
                     table.delta_version = Some(version);
-                    table.delta_merge = Some(manifest::DeltaMerge { mode: "skipped".into(), ..Default::default() });
+                    table.delta_merge =
+                        Some(manifest::DeltaMerge { mode: manifest::MergeMode::Skipped, ..Default::default() });
                     table.files.clear();
                     versions.insert(table.name.clone(), version);
                     continue;
@@ -312,7 +313,7 @@ impl Sink for DeltaSink {
             if run.merge.is_some() {
                 let added = table.files.len() as u64;
                 table.delta_merge = Some(manifest::DeltaMerge {
-                    mode: "replace".into(),
+                    mode: manifest::MergeMode::Replace,
                     reason: replace_reason.or_else(|| Some("the table is new".into())),
                     changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
                     rows_upserted: table.rows,
