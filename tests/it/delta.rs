@@ -752,9 +752,27 @@ fn optimize_compacts_small_files_and_vacuum_deletes_what_no_version_needs() {
     for t in after.keys() {
         assert_eq!(files_on_disk(&out.join(t)), on_disk[t], "`{t}`: a dry run deletes nothing");
     }
+    let logs = log_lengths(&out);
     let r = etl(["delta", "vacuum", out_s, "--retain", "0s", "--allow-short-retention"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.stdout.lines().skip(2).count(), listed, "the dry run listed what vacuum deleted");
+    // One commit per table that had files to delete, a `VACUUM END` with their count.
+    let mut vacuumed = 0;
+    for (t, n) in log_lengths(&out) {
+        match n - logs[&t] {
+            0 => {}
+            1 => {
+                let log = log_actions(&out.join(&t), n as u64 - 1);
+                let info = actions(&log, "commitInfo");
+                assert_eq!(info[0]["operation"], "VACUUM END", "`{t}`: {log:?}");
+                assert!(info[0]["operationMetrics"]["numDeletedFiles"].as_u64().unwrap() > 0, "`{t}`: {log:?}");
+                assert!(actions(&log, "add").is_empty() && actions(&log, "remove").is_empty());
+                vacuumed += 1;
+            }
+            more => panic!("`{t}`: vacuum made {more} commits"),
+        }
+    }
+    assert!(vacuumed > 0);
     for (t, v) in &after {
         let live: std::collections::BTreeSet<String> = version_files(&out.join(t), *v)
             .iter()

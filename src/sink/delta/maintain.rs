@@ -234,6 +234,38 @@ fn publish(out: &Path, staging: &Staging, manifest: &mut RunManifest) -> Result<
     super::publish_manifest(staging.path(), out, manifest, &[])
 }
 
+/// Deletes `files` (as deltalake's vacuum plan names them in the table's store) and records one
+/// `VACUUM END` commit with how many were deleted. A file already gone counts as deleted. Killed
+/// between the two, the files are gone without a record, which is harmless: no version needs them.
+fn delete_and_commit(handle: &deltalake::DeltaTable, files: &[String]) -> Result<(), deltalake::DeltaTableError> {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    let log_store = handle.log_store();
+    let snapshot = handle.snapshot()?;
+    crate::store::io_runtime().block_on(async {
+        let store = log_store.object_store(None);
+        let owned: Vec<object_store::path::Path> =
+            files.iter().map(|f| object_store::path::Path::from(f.as_str())).collect();
+        let paths = futures::stream::iter(owned.into_iter().map(Ok)).boxed();
+        let deleted: Vec<String> = store
+            .delete_stream(paths)
+            .map(|r| match r {
+                Ok(p) => Ok(p.to_string()),
+                Err(object_store::Error::NotFound { path, .. }) => Ok(path),
+                Err(e) => Err(e),
+            })
+            .try_collect()
+            .await?;
+        let props = CommitProperties::default().with_metadata([(
+            "operationMetrics".to_owned(),
+            serde_json::json!({ "numDeletedFiles": deleted.len(), "numVacuumedDirectories": 0 }),
+        )]);
+        CommitBuilder::from(props)
+            .build(Some(snapshot), log_store.clone(), DeltaOperation::VacuumEnd { status: "COMPLETED".into() })
+            .await?;
+        Ok(())
+    })
+}
+
 /// Deletes, in every Delta table of the output at `out` (those `_etl/run.json` lists and those
 /// it no longer lists), the data files no version committed within `retain` needs; with
 /// `dry_run`, only lists them. A `retain` shorter than a table's
@@ -262,13 +294,18 @@ pub fn vacuum(
             DeltaError::Vacuum { table: name.clone(), path: dir.display().to_string(), source: Box::new(source) }.into()
         };
         let handle = open_latest(&dir).map_err(fail)?;
+        // deltalake decides what to delete (its dry run); etl deletes it and records one
+        // `VACUUM END` commit, where deltalake's own vacuum records a START and an END commit.
         let builder = handle
             .vacuum()
             .with_retention_period(retention)
             .with_enforce_retention_duration(!allow_short)
             .with_mode(VacuumMode::Full)
-            .with_dry_run(dry_run);
-        let (_, metrics) = crate::store::io_runtime().block_on(async { builder.await }).map_err(fail)?;
+            .with_dry_run(true);
+        let (handle, metrics) = crate::store::io_runtime().block_on(async { builder.await }).map_err(fail)?;
+        if !dry_run && !metrics.files_deleted.is_empty() {
+            delete_and_commit(&handle, &metrics.files_deleted).map_err(fail)?;
+        }
         let prefix = format!("{}/", dir.display());
         let mut files: Vec<String> = metrics
             .files_deleted
