@@ -77,6 +77,24 @@ pub fn unwind(sources: &[&Path], out: &Path, extra: &[&str], code: i32) -> Run {
     r
 }
 
+/// The full export and the incremental exports, in window order, that `etl sample --out DIR
+/// --incrementals N` wrote (as its `final/changes.json` lists them).
+pub fn sample_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
+    let changes: Json = serde_json::from_slice(&std::fs::read(dir.join("final/changes.json")).unwrap()).unwrap();
+    let incs: Vec<PathBuf> = changes["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| PathBuf::from(w["export_dir"].as_str().unwrap()))
+        .collect();
+    let full = std::fs::read_dir(dir.join("AWSDynamoDB"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("manifest-summary.json").is_file() && !incs.contains(p))
+        .unwrap();
+    (full, incs)
+}
+
 pub fn run_report(out: &Path) -> Json {
     serde_json::from_str(&std::fs::read_to_string(out.join("_etl/run.json")).expect("run.json"))
         .expect("run.json is JSON")

@@ -325,18 +325,7 @@ fn generated_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let changes: Json = serde_json::from_slice(&std::fs::read(dir.join("final/changes.json")).unwrap()).unwrap();
     assert!(changes["net"]["moved"].as_u64().unwrap() > 0, "the chain moves rows between tables");
-    let incs: Vec<PathBuf> = changes["windows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| PathBuf::from(w["export_dir"].as_str().unwrap()))
-        .collect();
-    let full = std::fs::read_dir(dir.join("AWSDynamoDB"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.join("manifest-summary.json").is_file() && !incs.contains(p))
-        .unwrap();
-    (full, incs)
+    crate::common::sample_chain(dir)
 }
 
 /// A full export, then 3 incremental exports applied one at a time as Delta MERGEs: after each,

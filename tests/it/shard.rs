@@ -308,18 +308,7 @@ fn incremental_exports_apply_onto_a_committed_sharded_output() {
         "dynamodb-json",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let changes: Json = serde_json::from_slice(&std::fs::read(chain.join("final/changes.json")).unwrap()).unwrap();
-    let incs: Vec<PathBuf> = changes["windows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| PathBuf::from(w["export_dir"].as_str().unwrap()))
-        .collect();
-    let full = std::fs::read_dir(chain.join("AWSDynamoDB"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.join("manifest-summary.json").is_file() && !incs.contains(p))
-        .unwrap();
+    let (full, incs) = crate::common::sample_chain(&chain);
     let inc_refs: Vec<&Path> = incs.iter().map(PathBuf::as_path).collect();
 
     let single = tmp.path().join("single");
