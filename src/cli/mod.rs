@@ -431,13 +431,12 @@ fn finished(
     result: Result<pipeline::UnwindSummary, pipeline::UnwindError>,
     out: &str,
 ) -> ExitStatus {
-    let out = out.to_owned();
     match result {
         Ok(summary) => {
             for w in &summary.report.warnings {
                 printer.warn(w);
             }
-            printer.summary(&summary, &out);
+            printer.summary(&summary, out);
             let mut status = ExitStatus::Success;
             if let Some((rejects, max)) = summary.too_many_rejects {
                 printer.error(

@@ -85,9 +85,7 @@ pub fn reconcile(
     let changes_applied = read.chain.changes;
     let superseded_items = read.chain.superseded;
     let rejects: u64 = read.reject_counts.values().sum();
-    // Child tables hold rows exploded from their parents' items: not items of their own.
-    let rows_written: u64 =
-        written.tables.iter().filter(|t| t.name != REJECTS_TABLE && t.child_of.is_none()).map(|t| t.rows).sum();
+    let rows_written = written.item_rows();
     let rejects_rows: u64 = written.tables.iter().filter(|t| t.name == REJECTS_TABLE).map(|t| t.rows).sum();
     let listed = |(i, _): &(usize, &crate::source::DataFile)| Some(*i) != current;
     let manifest_item_count =

@@ -178,6 +178,22 @@ impl RunKey {
         }
     }
 
+    /// The settings of a run with this key (its sources parsed again), writing to `target`.
+    fn settings(&self, target: &Target) -> Result<UnwindSettings, crate::store::LocationError> {
+        let sources = self.sources.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
+        let mut s = UnwindSettings::new(sources, target.clone());
+        s.type_attribute = self.type_attribute.clone();
+        s.strict = self.strict;
+        s.allow_mismatch = self.allow_mismatch;
+        s.max_rejects = self.max_rejects;
+        s.max_line_bytes = self.max_line_bytes;
+        s.row_groups = sink::RowGroups { rows: self.row_group_rows, bytes: self.row_group_bytes };
+        s.target_file_bytes = self.target_file_bytes;
+        s.on_drift = if self.on_drift_fail { OnDrift::Fail } else { OnDrift::Allow };
+        s.format = if self.delta { Format::Delta } else { Format::Parquet };
+        Ok(s)
+    }
+
     /// A short digest naming the run.
     pub fn fingerprint(&self) -> String {
         use md5::Digest as _;
@@ -217,7 +233,7 @@ struct InferFile {
 pub struct ShardManifest {
     pub format: u32,
     pub shard: Shard,
-    pub fingerprint: String,
+    /// What makes the shard part of its run (its fingerprint names the run).
     pub key: RunKey,
     pub started_at: String,
     pub threads: usize,
@@ -358,16 +374,10 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let t_write = Instant::now();
     let written = write::write_all(&plan, settings, mapped_tables.as_ref(), &folder, &read)?;
     let t_write = t_write.elapsed();
-    let rows = written
-        .tables
-        .iter()
-        .filter(|t| t.child_of.is_none() && t.name != crate::normalize::naming::REJECTS_TABLE)
-        .map(|t| t.rows)
-        .sum();
+    let rows = written.item_rows();
     let manifest = ShardManifest {
         format: SHARD_FORMAT,
         shard: run.shard,
-        fingerprint,
         key,
         started_at,
         threads: settings.threads,
@@ -442,8 +452,8 @@ fn agreed_shapes(out: &Path, shard: Shard, fingerprint: &str) -> Result<(Agreed,
 }
 
 /// Publishes the shards of one run under `target` as one output, as one run over every file
-/// would have written it. `aws` is for sources on object stores; `threads` is unused by the
-/// commit itself (it moves no data) and recorded as the shards ran.
+/// would have written it. `aws` is for sources on object stores; the report records the thread
+/// count shard 0 ran with (the commit itself moves no data).
 pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
     let started = Instant::now();
     let out = folder_of(target)?;
@@ -464,7 +474,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     // One run: one fingerprint and one shard count.
     let mut runs: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
     for (_, m) in &manifests {
-        runs.entry((m.fingerprint.clone(), m.shard.count)).or_default().push(m.shard.index);
+        runs.entry((m.key.fingerprint(), m.shard.count)).or_default().push(m.shard.index);
     }
     if runs.len() > 1 {
         let list = runs
@@ -482,6 +492,9 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     let inconsistent = |reason: String| UnwindError::from(ShardError::Inconsistent { out: shown.clone(), reason });
     let first = &manifests[0].1;
     let key = first.key.clone();
+    // Everything but the part files derives from the merged shapes: the same in every shard.
+    let shared = |m: &ShardManifest| serde_json::to_value(Written { tables: Vec::new(), ..m.written.clone() }).ok();
+    let first_shared = shared(first);
     // The shards' files must tile the plan, in order.
     let mut next = 0;
     for (_, m) in &manifests {
@@ -489,9 +502,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             return Err(inconsistent(format!("shard {} read files {:?}, not from file {next}", m.shard, m.files)));
         }
         next = m.files.end;
-        // Everything but the part files derives from the merged shapes: the same in every shard.
-        let shared = |m: &ShardManifest| serde_json::to_value(Written { tables: Vec::new(), ..m.written.clone() }).ok();
-        if shared(m) != shared(first) || m.written.tables.len() != first.written.tables.len() {
+        if shared(m) != first_shared || m.written.tables.len() != first.written.tables.len() {
             return Err(inconsistent(format!("shards {} and {} wrote different schemas", first.shard, m.shard)));
         }
         if let Some(t) = m.written.tables.iter().zip(&first.written.tables).find(|(a, b)| a.name != b.name) {
@@ -506,23 +517,9 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     }
 
     // The settings the shards ran with.
-    let sources = key
-        .sources
-        .iter()
-        .map(|s| Location::parse(s))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| inconsistent(format!("a recorded source does not parse: {e}")))?;
-    let mut settings = UnwindSettings::new(sources, target.clone());
-    settings.type_attribute = key.type_attribute.clone();
+    let mut settings =
+        key.settings(target).map_err(|e| inconsistent(format!("a recorded source does not parse: {e}")))?;
     settings.threads = first.threads;
-    settings.strict = key.strict;
-    settings.allow_mismatch = key.allow_mismatch;
-    settings.max_rejects = key.max_rejects;
-    settings.max_line_bytes = key.max_line_bytes;
-    settings.row_groups = sink::RowGroups { rows: key.row_group_rows, bytes: key.row_group_bytes };
-    settings.target_file_bytes = key.target_file_bytes;
-    settings.on_drift = if key.on_drift_fail { OnDrift::Fail } else { OnDrift::Allow };
-    settings.format = if key.delta { Format::Delta } else { Format::Parquet };
     settings.aws = aws.clone();
 
     let mut sink = sink::open(
@@ -588,7 +585,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     }
     warnings.sort();
     let (shapes, untyped) = {
-        let (agreed, _) = agreed_shapes(out, first.shard, &first.fingerprint)?;
+        let (agreed, _) = agreed_shapes(out, first.shard, &key.fingerprint())?;
         (agreed.shapes.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect(), agreed.untyped)
     };
     let read = ReadResult {

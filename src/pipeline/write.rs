@@ -35,6 +35,14 @@ pub struct Written {
     pub shortened: Vec<(String, String)>,
 }
 
+impl Written {
+    /// Rows written for items: every table's but `_rejects`' and child tables' (whose rows are
+    /// exploded from their parents' items, not items of their own).
+    pub fn item_rows(&self) -> u64 {
+        self.tables.iter().filter(|t| t.name != REJECTS_TABLE && t.child_of.is_none()).map(|t| t.rows).sum()
+    }
+}
+
 enum TableKind {
     Items(Box<TableSchema>),
     Rejects,
