@@ -4,6 +4,7 @@
 //! `unwind`); progress, warnings, the summary and errors go to stderr.
 
 mod aws_args;
+mod ballista;
 mod delta;
 mod export;
 mod mapping;
@@ -93,6 +94,10 @@ pub enum Command {
     /// Publish the shards of a sharded run (`etl unwind … --shard I/N`) as one output, in one
     /// commit, once every shard has finished.
     Commit(CommitArgs),
+    /// Run the parts of an Apache DataFusion Ballista cluster for `etl sql --ballista`: one
+    /// scheduler, and executors on every machine that mounts the outputs (or reads `s3://`).
+    #[command(subcommand)]
+    Ballista(ballista::BallistaCommand),
 }
 
 #[derive(Debug, Args)]
@@ -306,6 +311,7 @@ pub fn main() -> ExitCode {
         Command::Schema(cmd) => schema::run(cmd, &printer),
         Command::Delta(cmd) => delta::run(cmd, &printer),
         Command::Commit(args) => commit(args, &printer),
+        Command::Ballista(cmd) => ballista::run(cmd, &printer),
     };
     status.into()
 }
@@ -322,7 +328,10 @@ fn check_profile(command: &Command, printer: &Printer) -> Option<ExitStatus> {
         Command::Mapping(mapping::MappingCommand::Check(a)) => &a.aws,
         Command::Schema(schema::SchemaCommand::Diff(a)) => &a.aws,
         Command::Commit(a) => &a.aws,
-        Command::Mapping(mapping::MappingCommand::Import(_)) | Command::Sample(_) | Command::Delta(_) => return None,
+        Command::Mapping(mapping::MappingCommand::Import(_))
+        | Command::Sample(_)
+        | Command::Delta(_)
+        | Command::Ballista(_) => return None,
     };
     aws.profile.as_ref()?;
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

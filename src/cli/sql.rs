@@ -45,6 +45,12 @@ pub struct SqlArgs {
     /// committed by then).
     #[arg(long, value_name = "VERSION|TIME")]
     pub as_of: Option<crate::sql::AsOf>,
+    /// Run the queries on an Apache DataFusion Ballista cluster (its scheduler: `df://HOST:PORT`,
+    /// for example one `etl ballista scheduler` started) instead of here. The executors read the
+    /// tables' files themselves: the output must be on `s3://` or at the same path on every
+    /// machine. `--memory-limit` is then the executors' own setting.
+    #[arg(long, value_name = "df://HOST:PORT", conflicts_with = "memory_limit")]
+    pub ballista: Option<crate::sql::cluster::ClusterUrl>,
     #[command(flatten)]
     pub aws: super::aws_args::AwsArgs,
 }
@@ -85,7 +91,8 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
-    let SqlArgs { query, data, file, params, format, output, allow_write, memory_limit, timeout, as_of, aws } = args;
+    let SqlArgs { query, data, file, params, format, output, allow_write, memory_limit, timeout, as_of, ballista, aws } =
+        args;
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -100,7 +107,7 @@ pub fn sql(args: SqlArgs, printer: &Printer) -> ExitStatus {
             return ExitStatus::Error;
         }
     };
-    let opts = SqlOptions { data, allow_write, memory_limit, timeout, params, as_of };
+    let opts = SqlOptions { data, allow_write, memory_limit, timeout, params, as_of, cluster: ballista };
     runtime.block_on(async move {
         let session = match Session::open(opts, &aws.options()).await {
             Ok(s) => s,

@@ -7,6 +7,7 @@
 //! Knows nothing of how the tables were made; reads only what the sink committed. Printing
 //! results is [`format`]'s job; the interactive shell lives in the CLI.
 
+pub mod cluster;
 pub mod format;
 
 use std::collections::HashMap;
@@ -58,6 +59,10 @@ pub enum SqlError {
         "`{path}` has no state at {as_of}: its history runs from version 0 ({first}) to version {last} ({last_at})"
     )]
     AsOfOutOfRange { path: String, as_of: AsOf, first: String, last: u64, last_at: String },
+    #[error("`--ballista {url}` needs an etl built with the `ballista` feature")]
+    NoBallista { url: cluster::ClusterUrl },
+    #[error("the Delta table `{table}` cannot run on a Ballista cluster: {reason}")]
+    NotDistributable { table: String, reason: String },
 }
 
 impl SqlError {
@@ -87,6 +92,10 @@ impl SqlError {
             SqlError::AsOfOutOfRange { .. } => {
                 Some("`--as-of` takes an output version or a time; `_etl/run.json` lists them under `delta_history`".into())
             }
+            SqlError::NoBallista { .. } => {
+                Some("build it with `cargo build --release --features ballista`, or drop `--ballista` to run here".into())
+            }
+            SqlError::NotDistributable { .. } => Some("drop `--ballista` to read it with deltalake here".into()),
             _ => None,
         }
     }
@@ -103,12 +112,22 @@ pub struct SqlOptions {
     pub params: Vec<String>,
     /// Read the Delta tables as an earlier run left them.
     pub as_of: Option<AsOf>,
+    /// Run queries on this Ballista cluster instead of here.
+    pub cluster: Option<cluster::ClusterUrl>,
 }
 
 impl SqlOptions {
     /// A read-only session over `data` without limits or parameters.
     pub fn new(data: Target) -> SqlOptions {
-        SqlOptions { data, allow_write: false, memory_limit: None, timeout: None, params: Vec::new(), as_of: None }
+        SqlOptions {
+            data,
+            allow_write: false,
+            memory_limit: None,
+            timeout: None,
+            params: Vec::new(),
+            as_of: None,
+            cluster: None,
+        }
     }
 }
 
@@ -188,7 +207,17 @@ impl Session {
         let config = SessionConfig::new()
             .with_information_schema(true)
             .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let ctx = match &opts.cluster {
+            None => SessionContext::new_with_config_rt(config, runtime),
+            Some(url) => {
+                let s3 = match &opts.data {
+                    Target::Object(_) => Some(crate::store::s3::S3Place::resolve(aws).await),
+                    Target::Path(_) => None,
+                };
+                remote_context(url, config, runtime, s3.as_ref()).await?
+            }
+        };
+        let remote = opts.cluster.is_some();
         let data = Data::open(&opts.data, aws, &ctx).await?;
         let run = data
             .read_manifest()
@@ -211,7 +240,7 @@ impl Session {
                 });
             };
             for (name, v) in &at.tables {
-                tables.push(register_delta(&ctx, dir, name, v.rows, v.version, None).await?);
+                tables.push(register_delta(&ctx, dir, name, v.rows, v.version, None, remote).await?);
             }
         } else {
             for t in run.tables {
@@ -222,22 +251,17 @@ impl Session {
                         Some(f) => Some(data.written_schema(&f.path).await?),
                         None => None,
                     };
-                    tables.push(register_delta(&ctx, dir, &t.name, t.rows, version, listed).await?);
+                    tables.push(register_delta(&ctx, dir, &t.name, t.rows, version, listed, remote).await?);
                     continue;
                 }
                 let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
-                let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-                let config = ListingTableConfig::new_with_multi_paths(urls.clone())
-                    .with_listing_options(options)
-                    .infer_schema(&ctx.state())
-                    .await?;
-                let table = ListingTable::try_new(config)?;
+                let table = files_table(&ctx, urls.clone()).await?;
                 // The schema as written (with etl's field metadata), for `\d`.
                 let schema = match t.files.first() {
                     Some(f) => data.written_schema(&f.path).await?,
-                    None => datafusion::datasource::TableProvider::schema(&table),
+                    None => table.schema(),
                 };
-                ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), Arc::new(table))?;
+                ctx.register_table(datafusion::common::TableReference::bare(t.name.clone()), table)?;
                 let files = urls.iter().map(|u| u.to_string()).collect();
                 tables.push(TableInfo { name: t.name, rows: t.rows, files, schema, delta: None });
             }
@@ -428,11 +452,45 @@ impl Data {
     }
 }
 
+/// A session whose queries run on the Ballista cluster at `url`.
+#[cfg(feature = "ballista")]
+async fn remote_context(
+    url: &cluster::ClusterUrl,
+    config: SessionConfig,
+    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    s3: Option<&crate::store::s3::S3Place>,
+) -> Result<SessionContext, SqlError> {
+    cluster::remote_context(url, config, runtime, s3).await
+}
+
+#[cfg(not(feature = "ballista"))]
+async fn remote_context(
+    url: &cluster::ClusterUrl,
+    _config: SessionConfig,
+    _runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    _s3: Option<&crate::store::s3::S3Place>,
+) -> Result<SessionContext, SqlError> {
+    Err(SqlError::NoBallista { url: url.clone() })
+}
+
+/// A table over exactly these Parquet files, with the schema they were written with.
+async fn files_table(
+    ctx: &SessionContext,
+    urls: Vec<ListingTableUrl>,
+) -> Result<Arc<dyn datafusion::datasource::TableProvider>, SqlError> {
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config =
+        ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).infer_schema(&ctx.state()).await?;
+    Ok(Arc::new(ListingTable::try_new(config)?))
+}
+
 /// A Delta table opened at one version.
 struct OpenedDelta {
     provider: Arc<dyn datafusion::datasource::TableProvider>,
     /// The URLs of the version's files.
     files: Vec<String>,
+    /// The protocol's reader version: 1 means the version's rows are exactly its files' rows.
+    reader_version: i32,
     info: DeltaInfo,
 }
 
@@ -464,9 +522,10 @@ async fn delta_provider(
     let table = deltalake::open_table_with_version(url, version).await.map_err(open)?;
     table.update_datafusion_session(&ctx.state()).map_err(open)?;
     let files = table.get_file_uris().map_err(open)?.collect();
+    let reader_version = table.snapshot().map_err(open)?.protocol().min_reader_version();
     let provider = table.table_provider().await?;
     let (committed_at, operation) = commit_info(&abs, version);
-    Ok(OpenedDelta { provider, files, info: DeltaInfo { version, committed_at, operation } })
+    Ok(OpenedDelta { provider, files, reader_version, info: DeltaInfo { version, committed_at, operation } })
 }
 
 /// The time and operation a Delta commit's `commitInfo` records, read from the commit file itself
@@ -518,6 +577,11 @@ fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
 /// Registers the Delta table `dir/name` at `version` as `name`. Its schema for `\d` is `listed`
 /// (the schema of the first file the run report lists) when given, else that of the version's
 /// first file, else the provider's.
+///
+/// For a `remote` (Ballista) session the table is the version's files as a listing table, which
+/// Ballista can send to its executors (deltalake's provider it cannot). That is exact only while
+/// a version's rows are its files' rows: a table that needs a reader above version 1 (deletion
+/// vectors, column mapping; etl writes neither) is refused.
 async fn register_delta(
     ctx: &SessionContext,
     dir: &std::path::Path,
@@ -525,6 +589,7 @@ async fn register_delta(
     rows: u64,
     version: u64,
     listed: Option<SchemaRef>,
+    remote: bool,
 ) -> Result<TableInfo, SqlError> {
     let opened = delta_provider(ctx, &dir.join(name), name, version).await?;
     let schema = match (listed, opened.files.first()) {
@@ -532,7 +597,24 @@ async fn register_delta(
         (None, Some(f)) => local_parquet_schema(f)?,
         (None, None) => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
     };
-    ctx.register_table(datafusion::common::TableReference::bare(name.to_owned()), opened.provider)?;
+    let provider = match (remote, opened.files.is_empty()) {
+        (false, _) => opened.provider,
+        (true, _) if opened.reader_version > 1 => {
+            return Err(SqlError::NotDistributable {
+                table: name.to_owned(),
+                reason: format!(
+                    "it needs a Delta reader of version {} (its files alone are not its rows)",
+                    opened.reader_version
+                ),
+            });
+        }
+        (true, true) => Arc::new(datafusion::datasource::empty::EmptyTable::new(opened.provider.schema())),
+        (true, false) => {
+            let urls = opened.files.iter().map(ListingTableUrl::parse).collect::<Result<Vec<_>, _>>()?;
+            files_table(ctx, urls).await?
+        }
+    };
+    ctx.register_table(datafusion::common::TableReference::bare(name.to_owned()), provider)?;
     Ok(TableInfo { name: name.to_owned(), rows, files: opened.files, schema, delta: Some(opened.info) })
 }
 

@@ -85,10 +85,30 @@ fn retry_config() -> RetryConfig {
     }
 }
 
+/// Where S3 is for these options: the region (`us-east-1` unless configured) and the endpoint
+/// (`--endpoint-url`, else the shared config's), without credentials.
+pub struct S3Place {
+    pub region: String,
+    pub endpoint: Option<String>,
+}
+
+impl S3Place {
+    fn of(sdk: &aws_types::SdkConfig, opts: &AwsOptions) -> S3Place {
+        S3Place {
+            region: sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".to_owned()),
+            endpoint: opts.endpoint_url.clone().or_else(|| sdk.endpoint_url().map(str::to_owned)),
+        }
+    }
+
+    pub async fn resolve(opts: &AwsOptions) -> S3Place {
+        S3Place::of(&opts.sdk_config().await, opts)
+    }
+}
+
 /// A store for `bucket` with the options' region, endpoint and credentials.
 pub async fn store(bucket: &str, opts: &AwsOptions) -> Result<Arc<AmazonS3>, StoreError> {
     let sdk = opts.sdk_config().await;
-    let region = sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".to_owned());
+    let S3Place { region, endpoint } = S3Place::of(&sdk, opts);
     let mut b = AmazonS3Builder::new()
         .with_bucket_name(bucket)
         .with_region(region)
@@ -98,7 +118,7 @@ pub async fn store(bucket: &str, opts: &AwsOptions) -> Result<Arc<AmazonS3>, Sto
         .with_client_options(
             ClientOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(Duration::from_secs(120)),
         );
-    if let Some(endpoint) = opts.endpoint_url.clone().or_else(|| sdk.endpoint_url().map(str::to_owned)) {
+    if let Some(endpoint) = endpoint {
         b = b.with_allow_http(endpoint.starts_with("http://")).with_endpoint(endpoint);
     }
     match sdk.credentials_provider() {

@@ -7,6 +7,7 @@
 mod apply;
 mod apply_s3;
 mod aws;
+mod ballista;
 mod chain;
 mod common;
 mod corpus;
