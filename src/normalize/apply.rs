@@ -120,7 +120,17 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
             }
         }
     };
-    let get = |name: &str| item.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    // Which of the item's attributes a key, a column or a child table read (one bit each, for
+    // the first 128): the search for attributes no column names skips them instead of comparing
+    // each with every claimed name (that search was the most of a mapped item's time).
+    let read = std::cell::Cell::new(0u128);
+    let get = |name: &str| {
+        let i = item.iter().position(|(k, _)| k == name)?;
+        if i < 128 {
+            read.set(read.get() | 1 << i);
+        }
+        Some(&item[i].1)
+    };
 
     // Keys: every placeholder's value, from the first key attribute that has it.
     // `(placeholder, (value, key attribute))`, first capture of each name only: a handful of
@@ -315,8 +325,9 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
 
     // Attributes no column names.
     let mut extra: Vec<(Cow<'a, str>, Value<'a>)> = Vec::new();
-    for (k, v) in item {
-        if k == type_attribute || claims(m, k) {
+    for (i, (k, v)) in item.iter().enumerate() {
+        let was_read = i < 128 && read.get() & (1 << i) != 0;
+        if was_read || k == type_attribute || claims(m, k) {
             continue;
         }
         out.unmapped.push(k.to_string());
