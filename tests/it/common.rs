@@ -121,7 +121,12 @@ pub fn write_export(dir: &Path, files: &[Vec<u8>], counts: &[u64]) -> PathBuf {
 /// [`write_export`] with the summary's `outputFormat` `format` (`DYNAMODB_JSON` or `ION`) and
 /// data files named for it (`.json.gz` or `.ion.gz`).
 pub fn write_export_as(dir: &Path, files: &[Vec<u8>], counts: &[u64], format: &str) -> PathBuf {
-    let id = "01790000000000-0a1b2c3d";
+    write_export_id(dir, files, counts, format, "01790000000000-0a1b2c3d")
+}
+
+/// [`write_export_as`] with the export id `id` (AWS never reuses one: two exports of other
+/// contents need two ids).
+pub fn write_export_id(dir: &Path, files: &[Vec<u8>], counts: &[u64], format: &str, id: &str) -> PathBuf {
     let ext = if format == "ION" { "ion.gz" } else { "json.gz" };
     let export = dir.join("AWSDynamoDB").join(id);
     std::fs::create_dir_all(export.join("data")).unwrap();

@@ -195,6 +195,59 @@ fn on_drift_fail_refuses_and_leaves_the_previous_output() {
     assert_eq!(run_report(&out)["drift"]["tables"][0]["table"], "w");
 }
 
+/// `--on-drift fail` on a Delta output (`--format delta`): the drifting run exits 1 with the
+/// differences, commits no version of any table and leaves every byte (logs, data files,
+/// `_etl/`); allowed, the same run commits the widened column as a new version of `w`, and
+/// `--as-of 0` still reads the first.
+#[test]
+fn on_drift_fail_refuses_a_delta_output_and_commits_no_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("lake");
+    let [base, decimal, _, _] = inputs();
+    let base = export_of(&tmp.path().join("base"), &base);
+    // A later export of other contents has its own id (a Delta output keeps the exports it read,
+    // by id, in `_etl/base/`).
+    let decimal = write_export_id(
+        &tmp.path().join("decimal"),
+        &[gzip((decimal.join("\n") + "\n").as_bytes())],
+        &[decimal.len() as u64],
+        "DYNAMODB_JSON",
+        "01790000000001-1b2c3d4e",
+    );
+    unwind(&[&base], &out, &["--format", "delta", "--on-drift", "fail"], 0);
+    let log = out.join("w/_delta_log");
+    let versions = || {
+        let mut v: Vec<String> = std::fs::read_dir(&log)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json"))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(versions(), ["00000000000000000000.json"]);
+    let before = snapshot(&out);
+    let r = unwind(&[&decimal], &out, &["--format", "delta", "--on-drift", "fail"], 1);
+    for l in ["table `w`:", "  column `n` widened: int64 -> decimal(38,2)", "  column `note` added: string"] {
+        assert!(r.stderr.lines().any(|x| x == l), "no line {l:?} in:\n{}", r.stderr);
+    }
+    assert!(r.stderr.contains("`--on-drift fail` refuses it: nothing was published"), "{}", r.stderr);
+    assert!(snapshot(&out) == before, "a refused run changed the Delta output");
+
+    unwind(&[&decimal], &out, &["--format", "delta"], 0);
+    assert_eq!(versions().len(), 2, "the allowed run is one new version of `w`");
+    assert_eq!(run_report(&out)["drift"]["tables"][0]["changes"][0]["to"], "decimal(38,2)");
+    let data = out.to_str().unwrap();
+    let query = r#"SELECT "PK", CAST(n AS VARCHAR) AS n, note FROM w ORDER BY "PK""#;
+    let now = etl(["sql", "--data", data, "--format", "csv", query]);
+    assert_eq!(now.code, 0, "{}", now.stderr);
+    assert_eq!(now.stdout, "PK,n,note\na,1.00,\nb,-20.00,\nc,2.25,hi\n");
+    let first =
+        etl(["sql", "--data", data, "--format", "csv", "--as-of", "0", r#"SELECT "PK", n FROM w ORDER BY "PK""#]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(first.stdout, "PK,n\na,1\nb,-20\n");
+}
+
 /// A mapping of entity `W` (table `w`, key `PK = "W#{id}"`) whose extra columns are `extra`.
 fn mapping(dir: &Path, name: &str, extra: &str) -> PathBuf {
     let path = dir.join(name);
