@@ -99,7 +99,9 @@ impl Sink for LocalSink {
 /// Keeps the input file `from` as `rel` inside the staging folder `staging`: a hard link when
 /// `link` and the file system allows it, else a copy. With `published` (the output folder, for a
 /// sink that replaces `_etl/base/` in place), a file the output already keeps at `rel` is linked
-/// first. `rel` must be a relative path of plain names.
+/// first, if it is `from` or holds the same bytes: another export's file under the same name
+/// (an export id reused, a re-written export) is never taken for it. `rel` must be a relative
+/// path of plain names.
 pub(in crate::sink) fn keep_in(
     staging: &Path,
     rel: &str,
@@ -127,7 +129,7 @@ pub(in crate::sink) fn keep_in(
     if fs::symlink_metadata(&to).is_ok() {
         return Ok(Some(to));
     }
-    let kept = published.map(|p| p.join(rel)).filter(|p| p.is_file());
+    let kept = published.map(|p| p.join(rel)).filter(|p| p.is_file() && same_bytes(p, from));
     if kept.is_some_and(|p| fs::hard_link(&p, &to).is_ok()) || (link && fs::hard_link(from, &to).is_ok()) {
         return Ok(Some(to));
     }
@@ -137,6 +139,34 @@ pub(in crate::sink) fn keep_in(
         return Err(io("copy", at)(e));
     }
     Ok(Some(to))
+}
+
+/// Whether the files `a` and `b` hold the same bytes: one file (the same inode), or equal lengths
+/// and equal contents. Unreadable is not the same.
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    use std::io::Read as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let (Ok(ma), Ok(mb)) = (fs::metadata(a), fs::metadata(b)) else { return false };
+    if (ma.dev(), ma.ino()) == (mb.dev(), mb.ino()) {
+        return true;
+    }
+    if ma.len() != mb.len() {
+        return false;
+    }
+    let (Ok(mut fa), Ok(mut fb)) = (fs::File::open(a), fs::File::open(b)) else { return false };
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = match fa.read(&mut ba) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        if n == 0 {
+            return true;
+        }
+        if fb.read_exact(&mut bb[..n]).is_err() || ba[..n] != bb[..n] {
+            return false;
+        }
+    }
 }
 
 /// Marks a folder as etl output.
@@ -587,6 +617,28 @@ fn sync_tree(dir: &Path) -> Result<(), SinkError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_kept_file_is_reused_only_when_it_holds_the_same_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (published, staging) = (tmp.path().join("out"), tmp.path().join("stage"));
+        let rel = "_etl/base/AWSDynamoDB/01/data/f.json.gz";
+        fs::create_dir_all(published.join("_etl/base/AWSDynamoDB/01/data")).unwrap();
+        fs::write(published.join(rel), b"old export").unwrap();
+        // The same name, other bytes (same length too): the input's own file is kept.
+        let input = tmp.path().join("in.json.gz");
+        fs::write(&input, b"new export").unwrap();
+        let kept = super::keep_in(&staging, rel, &input, false, Some(&published)).unwrap().unwrap();
+        assert_eq!(fs::read(&kept).unwrap(), b"new export");
+        // The same bytes: the published copy is linked (one inode with it).
+        let staging2 = tmp.path().join("stage2");
+        let same = tmp.path().join("same.json.gz");
+        fs::write(&same, b"old export").unwrap();
+        let kept = super::keep_in(&staging2, rel, &same, false, Some(&published)).unwrap().unwrap();
+        use std::os::unix::fs::MetadataExt as _;
+        assert_eq!(fs::metadata(&kept).unwrap().ino(), fs::metadata(published.join(rel)).unwrap().ino());
+        assert!(super::same_bytes(&kept, &same) && !super::same_bytes(&kept, &input));
+    }
+
     use super::*;
 
     fn stage(out: &Path, content: &str) -> Staging {
