@@ -8,7 +8,7 @@
 //! of skipping it. Without the `ballista` feature, `--ballista` is refused with a hint.
 
 #[cfg(feature = "ballista")]
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::*;
 
@@ -31,16 +31,7 @@ fn cluster() -> Option<String> {
 }
 
 #[cfg(feature = "ballista")]
-fn library() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("sql"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "the query library is in sql/");
-    files
-}
+use crate::sql::library;
 
 /// `etl sql --data OUT -f QUERY --format csv EXTRA…`, which must succeed.
 #[cfg(feature = "ballista")]

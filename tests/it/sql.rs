@@ -18,7 +18,8 @@ fn sql(args: &[&str]) -> Run {
     etl(&all)
 }
 
-fn library() -> Vec<PathBuf> {
+/// The query library: `sql/*.sql`, in name order.
+pub(crate) fn library() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("sql"))
         .unwrap()
         .map(|e| e.unwrap().path())
