@@ -15,7 +15,8 @@ pub enum BallistaCommand {
     /// Run a scheduler: it plans each query into stages and hands their tasks to executors.
     Scheduler(SchedulerArgs),
     /// Run an executor: it runs tasks and serves their results (Arrow Flight). It must read the
-    /// tables' files at the paths the client sees (a shared mount), or from `s3://`.
+    /// tables' files at the paths the client sees (a shared mount), or from `s3://` with its own
+    /// credentials.
     Executor(ExecutorArgs),
 }
 
@@ -47,8 +48,8 @@ pub struct ExecutorArgs {
     #[arg(long, value_name = "HOST")]
     pub external_host: Option<String>,
     /// Tasks run at once [default: one per CPU].
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub concurrent_tasks: usize,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_tasks: Option<u16>,
     /// Where shuffle files are written [default: a temporary folder].
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
@@ -112,7 +113,7 @@ mod imp {
                         port: a.port,
                         grpc_port: a.grpc_port,
                         external_host: a.external_host,
-                        concurrent_tasks: a.concurrent_tasks,
+                        concurrent_tasks: a.concurrent_tasks.map_or(0, usize::from),
                         work_dir: a.work_dir,
                     });
                     until_stopped(serve).await

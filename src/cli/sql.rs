@@ -48,7 +48,7 @@ pub struct SqlArgs {
     /// Run the queries on an Apache DataFusion Ballista cluster (its scheduler: `df://HOST:PORT`,
     /// for example one `etl ballista scheduler` started) instead of here. The executors read the
     /// tables' files themselves: the output must be on `s3://` or at the same path on every
-    /// machine. `--memory-limit` is then the executors' own setting.
+    /// machine. Not with `--memory-limit`: memory is the executors' to limit.
     #[arg(long, value_name = "df://HOST:PORT", conflicts_with = "memory_limit")]
     pub ballista: Option<crate::sql::cluster::ClusterUrl>,
     #[command(flatten)]
