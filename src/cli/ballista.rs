@@ -1,6 +1,6 @@
 //! `etl ballista scheduler` and `etl ballista executor`: the parts of a Ballista cluster that
 //! `etl sql --ballista` runs queries on, built from the same DataFusion as etl (the upstream
-//! `ballista-scheduler` and `ballista-executor` 55 binaries work as well). The work is
+//! `ballista-scheduler` and `ballista-executor` 55 binaries are the same parts; untested). The work is
 //! [`crate::sql::cluster`]'s; each runs until stopped (SIGINT or SIGTERM).
 
 use std::net::SocketAddr;
