@@ -69,6 +69,17 @@ impl fmt::Display for ClusterUrl {
 #[cfg(feature = "ballista")]
 pub use enabled::*;
 
+/// Without the `ballista` feature a remote session is refused, with a hint to build it in.
+#[cfg(not(feature = "ballista"))]
+pub async fn remote_context(
+    url: &ClusterUrl,
+    _config: datafusion::prelude::SessionConfig,
+    _runtime: std::sync::Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    _s3: Option<&crate::store::s3::S3Place>,
+) -> Result<datafusion::prelude::SessionContext, crate::sql::SqlError> {
+    Err(crate::sql::SqlError::NoBallista { url: url.clone() })
+}
+
 #[cfg(feature = "ballista")]
 mod enabled {
     use std::net::SocketAddr;

@@ -214,7 +214,7 @@ impl Session {
                     Target::Object(_) => Some(crate::store::s3::S3Place::resolve(aws).await),
                     Target::Path(_) => None,
                 };
-                remote_context(url, config, runtime, s3.as_ref()).await?
+                cluster::remote_context(url, config, runtime, s3.as_ref()).await?
             }
         };
         let remote = opts.cluster.is_some();
@@ -450,27 +450,6 @@ impl Data {
             }
         }
     }
-}
-
-/// A session whose queries run on the Ballista cluster at `url`.
-#[cfg(feature = "ballista")]
-async fn remote_context(
-    url: &cluster::ClusterUrl,
-    config: SessionConfig,
-    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
-    s3: Option<&crate::store::s3::S3Place>,
-) -> Result<SessionContext, SqlError> {
-    cluster::remote_context(url, config, runtime, s3).await
-}
-
-#[cfg(not(feature = "ballista"))]
-async fn remote_context(
-    url: &cluster::ClusterUrl,
-    _config: SessionConfig,
-    _runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
-    _s3: Option<&crate::store::s3::S3Place>,
-) -> Result<SessionContext, SqlError> {
-    Err(SqlError::NoBallista { url: url.clone() })
 }
 
 /// A table over exactly these Parquet files, with the schema they were written with.
