@@ -176,7 +176,8 @@ pub struct UnwindArgs {
     /// What each table under `--out` is: `parquet` (Parquet part files listed by
     /// `_etl/run.json`) or `delta` (a Delta Lake table of the same Parquet files, created or
     /// replaced by one Delta commit per table; incremental exports are merged into each table by
-    /// one commit that rewrites only the files holding changed keys; local folders only for now).
+    /// one commit that rewrites only the files holding changed keys; on `s3://` every commit is
+    /// a conditional PUT, so no lock table is needed).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t)]
     pub format: FormatArg,
     /// Process shard I of N (counted from 0) of the export's data files, for a job array: each

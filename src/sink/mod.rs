@@ -101,7 +101,12 @@ impl SinkError {
     /// Another run wrote, or is writing, the same output: the run lost, nothing of it was
     /// published, and the output is the other run's. A policy failure (exit 1), not a bug.
     pub fn is_concurrent_run(&self) -> bool {
-        matches!(self, SinkError::Locked { .. } | SinkError::Conflict { .. })
+        matches!(
+            self,
+            SinkError::Locked { .. }
+                | SinkError::Conflict { .. }
+                | SinkError::Delta(delta::DeltaError::Conflict { .. } | delta::DeltaError::OutputConflict { .. })
+        )
     }
 }
 
@@ -219,7 +224,7 @@ pub fn open(target: &Target, settings: &SinkSettings) -> Result<Box<dyn Sink>, S
         Target::Path(dir) if settings.format == Format::Delta => Ok(Box::new(delta::DeltaSink::create(dir, props)?)),
         Target::Path(dir) => Ok(Box::new(local::LocalSink::create(dir, settings.overwrite, props)?)),
         Target::Object(url) if settings.format == Format::Delta => {
-            Err(delta::DeltaError::ObjectStore { url: url.to_string() }.into())
+            Ok(Box::new(delta::object::DeltaObjectSink::create(url.clone(), settings.aws.clone(), props)?))
         }
         Target::Object(url) => {
             Ok(Box::new(object::ObjectSink::create(url.clone(), settings.aws.clone(), settings.overwrite, props)?))

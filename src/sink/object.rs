@@ -81,8 +81,8 @@ pub struct ObjectSink {
 
 /// The scratch root of an object-store run, with its lock held; removed however the run ends
 /// (a killed run's is removed by a later run, which finds its lock free).
-struct ScratchRoot {
-    dir: PathBuf,
+pub(in crate::sink) struct ScratchRoot {
+    pub(in crate::sink) dir: PathBuf,
     lock: Option<Lock>,
 }
 
@@ -109,6 +109,13 @@ impl ObjectSink {
             let head = read_head(&store, &url, &format!("{}{RUN_MANIFEST}", url.dir_prefix())).await?;
             if head.is_none() && !overwrite {
                 refuse_foreign(&store, &url).await?;
+            }
+            // Parquet files and a `run.json` of them beside Delta tables would orphan the tables.
+            if let Some(m) = head.as_ref().and_then(|h| h.manifest.as_deref())
+                && super::delta::is_delta_output(m)
+                && !overwrite
+            {
+                return Err(super::delta::DeltaError::DeltaOutput { url: url.to_string() }.into());
             }
             Ok::<_, SinkError>((store, head))
         })?;
@@ -137,23 +144,7 @@ impl Sink for ObjectSink {
         from_url: Option<&ObjectUrl>,
         _link: bool,
     ) -> Result<Option<Input>, SinkError> {
-        let key = format!("{}{rel}", self.url.dir_prefix());
-        let to = ObjPath::from(key.as_str());
-        let url = &self.url;
-        io_runtime().block_on(async {
-            match from {
-                Input::Path(p) => upload(&self.store, p, &key, url).await?,
-                Input::Object(o) if from_url.is_some_and(|u| u.scheme == url.scheme && u.bucket == url.bucket) => {
-                    // The output's own kept copy (an apply reads the exports it holds) stays.
-                    if o.key != to {
-                        self.store.copy(&o.key, &to).await.map_err(obj_err("copy to", url, &key))?;
-                    }
-                }
-                Input::Object(o) => transfer(o, from_url, &self.store, &to, url).await?,
-                Input::Stdin => return Ok(None),
-            }
-            Ok(Some(Input::Object(ObjectRef { store: self.store.clone(), key: to })))
-        })
+        keep_object_input(&self.store, &self.url, rel, from, from_url)
     }
 
     fn previous(&self) -> Option<&RunManifest> {
@@ -176,9 +167,36 @@ impl Sink for ObjectSink {
     }
 }
 
+/// [`Sink::keep_input`] for an object-store output at `url`: `from` put at `rel` under it
+/// (uploaded, copied server-side within the bucket, or streamed from another store).
+pub(in crate::sink) fn keep_object_input(
+    store: &Arc<dyn ObjectStore>,
+    url: &ObjectUrl,
+    rel: &str,
+    from: &Input,
+    from_url: Option<&ObjectUrl>,
+) -> Result<Option<Input>, SinkError> {
+    let key = format!("{}{rel}", url.dir_prefix());
+    let to = ObjPath::from(key.as_str());
+    io_runtime().block_on(async {
+        match from {
+            Input::Path(p) => upload(store, p, &key, url).await?,
+            Input::Object(o) if from_url.is_some_and(|u| u.scheme == url.scheme && u.bucket == url.bucket) => {
+                // The output's own kept copy (an apply reads the exports it holds) stays.
+                if o.key != to {
+                    store.copy(&o.key, &to).await.map_err(obj_err("copy to", url, &key))?;
+                }
+            }
+            Input::Object(o) => transfer(o, from_url, store, &to, url).await?,
+            Input::Stdin => return Ok(None),
+        }
+        Ok(Some(Input::Object(ObjectRef { store: store.clone(), key: to })))
+    })
+}
+
 /// A fresh, locked scratch root under the system temp folder; removes those of dead runs (whose
 /// lock file is free, or missing: a lock is taken before its folder is made).
-fn scratch_root() -> Result<ScratchRoot, SinkError> {
+pub(in crate::sink) fn scratch_root() -> Result<ScratchRoot, SinkError> {
     let tmp = std::env::temp_dir();
     if let Ok(entries) = std::fs::read_dir(&tmp) {
         for e in entries.flatten() {
@@ -283,14 +301,18 @@ struct Started {
 
 /// The committed `run.json`: its version for a conditional PUT, the run it names, and the
 /// report itself when it parses.
-struct Head {
+pub(in crate::sink) struct Head {
     version: UpdateVersion,
     run_id: Option<String>,
     replaces: Option<String>,
-    manifest: Option<Box<RunManifest>>,
+    pub(in crate::sink) manifest: Option<Box<RunManifest>>,
 }
 
-async fn read_head(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> Result<Option<Head>, SinkError> {
+pub(in crate::sink) async fn read_head(
+    store: &Arc<dyn ObjectStore>,
+    url: &ObjectUrl,
+    key: &str,
+) -> Result<Option<Head>, SinkError> {
     match store.get(&ObjPath::from(key)).await {
         Ok(r) => {
             let version = UpdateVersion { e_tag: r.meta.e_tag.clone(), version: r.meta.version.clone() };
@@ -310,13 +332,23 @@ async fn read_head(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> 
 
 /// Refuses a prefix that holds objects etl does not write (called when it has no head).
 async fn refuse_foreign(store: &Arc<dyn ObjectStore>, url: &ObjectUrl) -> Result<(), SinkError> {
+    refuse_foreign_but(store, url, |_| false).await
+}
+
+/// Refuses a prefix that holds objects neither etl's own nor `also` allows.
+pub(in crate::sink) async fn refuse_foreign_but(
+    store: &Arc<dyn ObjectStore>,
+    url: &ObjectUrl,
+    also: fn(&str) -> bool,
+) -> Result<(), SinkError> {
     let prefix = url.dir_prefix();
     let p = ObjPath::from(prefix.as_str());
     let mut listing = store.list(Some(&p));
     while let Some(meta) = listing.next().await {
         let meta = meta.map_err(obj_err("list", url, &prefix))?;
         let key = meta.location.to_string();
-        if !is_etl_key(key.strip_prefix(&prefix).unwrap_or(&key)) {
+        let rel = key.strip_prefix(&prefix).unwrap_or(&key);
+        if !is_etl_key(rel) && !also(rel) {
             return Err(SinkError::NotEtlPrefix { url: url.to_string() });
         }
     }
@@ -389,13 +421,13 @@ async fn publish(
 
 /// One run's publish, step by step: [`Publish::begin`], [`Publish::upload`],
 /// [`Publish::commit`], [`Publish::cleanup`].
-struct Publish<'a> {
+pub(in crate::sink) struct Publish<'a> {
     store: Arc<dyn ObjectStore>,
     url: &'a ObjectUrl,
     prefix: String,
     run_key: String,
     head: Option<Head>,
-    run_id: String,
+    pub(in crate::sink) run_id: String,
     /// Every key this run wrote before its commit, to remove if it loses.
     written: Vec<String>,
     /// Informational copies made once committed (`_etl/schema/`, `_etl/state.json`): local
@@ -412,7 +444,7 @@ impl<'a> Publish<'a> {
     }
 
     /// Checks that the prefix is an etl output (or empty) and declares the run, built on `head`.
-    async fn begin_on(
+    pub(in crate::sink) async fn begin_on(
         store: Arc<dyn ObjectStore>,
         url: &'a ObjectUrl,
         overwrite: bool,
@@ -449,7 +481,7 @@ impl<'a> Publish<'a> {
     /// Uploads the data files `report` lists (renaming them with the run id in `report`) and the
     /// schemas under the run. Returns the files and bytes uploaded. On failure, removes them.
     async fn upload(&mut self, local: &Path, report: &mut RunManifest) -> Result<(usize, u64), SinkError> {
-        let (prefix, run_id, url) = (&self.prefix, &self.run_id, self.url);
+        let (prefix, run_id) = (&self.prefix, &self.run_id);
         let mut uploads: Vec<(PathBuf, String)> = Vec::new();
         for t in &mut report.tables {
             for f in &mut t.files {
@@ -461,6 +493,15 @@ impl<'a> Publish<'a> {
                 f.path = renamed;
             }
         }
+        uploads.extend(self.copies(local));
+        self.send(uploads).await
+    }
+
+    /// The schemas of the output staged in `local`, to upload under the run now, and their
+    /// informational copies (and the state's) to write once committed.
+    pub(in crate::sink) fn copies(&mut self, local: &Path) -> Vec<(PathBuf, String)> {
+        let (prefix, run_id) = (&self.prefix, &self.run_id);
+        let mut uploads = Vec::new();
         let schema_dir = local.join(super::manifest::SCHEMA_DIR);
         if let Ok(entries) = std::fs::read_dir(&schema_dir) {
             for e in entries.flatten() {
@@ -473,6 +514,13 @@ impl<'a> Publish<'a> {
         if state.is_file() {
             self.schemas.push((state, format!("{prefix}{}", crate::state::STATE_FILE)));
         }
+        uploads
+    }
+
+    /// Uploads local files to keys, a few at once. Returns the files and bytes uploaded. On
+    /// failure, removes what this run wrote.
+    pub(in crate::sink) async fn send(&mut self, uploads: Vec<(PathBuf, String)>) -> Result<(usize, u64), SinkError> {
+        let url = self.url;
         let bytes: u64 = uploads.iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
         let files = uploads.len();
         self.written.extend(uploads.iter().map(|(_, k)| k.clone()));
@@ -495,7 +543,7 @@ impl<'a> Publish<'a> {
     /// Writes a copy of the report under the run, then `_etl/run.json` conditionally on the
     /// head read at the start. Loses with [`SinkError::Conflict`] (having removed this run's
     /// objects) when another run committed in between.
-    async fn commit(&mut self, report: &mut RunManifest) -> Result<(), SinkError> {
+    pub(in crate::sink) async fn commit(&mut self, report: &mut RunManifest) -> Result<(), SinkError> {
         let (url, run_id) = (self.url, self.run_id.clone());
         report.run_id = Some(run_id.clone());
         report.published_to = Some(url.to_string());
@@ -552,12 +600,17 @@ impl<'a> Publish<'a> {
         Ok(())
     }
 
-    async fn cleanup(&self) -> Result<usize, SinkError> {
+    pub(in crate::sink) async fn cleanup(&self) -> Result<usize, SinkError> {
         cleanup(&self.store, self.url, &self.prefix, &self.run_key, &self.run_id).await
     }
 }
 
-async fn upload(store: &Arc<dyn ObjectStore>, path: &Path, key: &str, url: &ObjectUrl) -> Result<(), SinkError> {
+pub(in crate::sink) async fn upload(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    key: &str,
+    url: &ObjectUrl,
+) -> Result<(), SinkError> {
     let local_err = |e: std::io::Error| SinkError::Io { action: "read", path: path.display().to_string(), source: e };
     let size = tokio::fs::metadata(path).await.map_err(local_err)?.len();
     let target = ObjPath::from(key);

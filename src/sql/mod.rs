@@ -53,7 +53,7 @@ pub enum SqlError {
     Io { action: &'static str, path: String, source: std::io::Error },
     #[error(transparent)]
     Delta(#[from] crate::sink::delta::DeltaError),
-    #[error("`--as-of` reads earlier versions of Delta tables, but `{path}` is not a local Delta output")]
+    #[error("`--as-of` reads earlier versions of Delta tables, but `{path}` is not a Delta output")]
     AsOfNotDelta { path: String },
     #[error(
         "`{path}` has no state at {as_of}: its history runs from version 0 ({first}) to version {last} ({last_at})"
@@ -226,9 +226,10 @@ impl Session {
         let mut tables = Vec::new();
         if let Some(as_of) = opts.as_of {
             let path = opts.data.to_string();
-            let (Data::Local(dir), false) = (&data, run.delta_history.is_empty()) else {
+            if run.delta_history.is_empty() {
                 return Err(SqlError::AsOfNotDelta { path });
-            };
+            }
+            let home = data.home();
             let Some(at) = crate::sink::manifest::output_version(&run.delta_history, as_of) else {
                 let (first, last) = (&run.delta_history[0], &run.delta_history[run.delta_history.len() - 1]);
                 return Err(SqlError::AsOfOutOfRange {
@@ -240,18 +241,19 @@ impl Session {
                 });
             };
             for (name, v) in &at.tables {
-                tables.push(register_delta(&ctx, dir, name, v.rows, v.version, None, remote).await?);
+                tables.push(register_delta(&ctx, &data, &home, name, v.rows, v.version, None, remote).await?);
             }
         } else {
             for t in run.tables {
-                if let (Data::Local(dir), Some(version)) = (&data, t.delta_version)
-                    && crate::sink::delta::is_delta_table(&dir.join(&t.name))
+                if let Some(version) = t.delta_version
+                    && data.home().join(&t.name).is_table().await?
                 {
                     let listed = match t.files.first() {
                         Some(f) => Some(data.written_schema(&f.path).await?),
                         None => None,
                     };
-                    tables.push(register_delta(&ctx, dir, &t.name, t.rows, version, listed, remote).await?);
+                    let home = data.home();
+                    tables.push(register_delta(&ctx, &data, &home, &t.name, t.rows, version, listed, remote).await?);
                     continue;
                 }
                 let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
@@ -381,6 +383,34 @@ enum Data {
 }
 
 impl Data {
+    /// Where the output's Delta tables are.
+    fn home(&self) -> crate::sink::delta::Home {
+        match self {
+            Data::Local(dir) => crate::sink::delta::Home::Dir(dir.clone()),
+            Data::Object { url, store } => crate::sink::delta::Home::Object { store: store.clone(), url: url.clone() },
+        }
+    }
+
+    /// The schema written into a file a Delta table lists (a path or a URL), with its metadata.
+    #[allow(deprecated)]
+    async fn listed_file_schema(&self, file: &str) -> Result<SchemaRef, SqlError> {
+        use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+        match self {
+            Data::Local(_) => local_parquet_schema(file),
+            Data::Object { store, .. } => {
+                let parsed = url::Url::parse(file).map_err(|e| SqlError::NotAnOutput {
+                    path: file.to_owned(),
+                    reason: format!("a Delta table lists a file that is not a URL: {e}"),
+                })?;
+                let key = object_store::path::Path::from_url_path(parsed.path())
+                    .map_err(|e| SqlError::NotAnOutput { path: file.to_owned(), reason: e.to_string() })?;
+                let reader = ParquetObjectReader::new(store.clone(), key);
+                let builder = ParquetRecordBatchStreamBuilder::new(reader).await;
+                Ok(builder.map_err(|e| SqlError::DataFusion(e.into()))?.schema().clone())
+            }
+        }
+    }
+
     async fn open(data: &Target, aws: &crate::aws::AwsOptions, ctx: &SessionContext) -> Result<Data, SqlError> {
         match data {
             Target::Path(p) => Ok(Data::Local(p.clone())),
@@ -473,10 +503,10 @@ struct OpenedDelta {
     info: DeltaInfo,
 }
 
-/// The Delta table at `dir`, at `version`, as a DataFusion table, with its files and commit.
+/// The Delta table at `at`, at `version`, as a DataFusion table, with its files and commit.
 async fn delta_provider(
     ctx: &SessionContext,
-    dir: &std::path::Path,
+    at: &crate::sink::delta::Home,
     name: &str,
     version: u64,
 ) -> Result<OpenedDelta, SqlError> {
@@ -484,34 +514,26 @@ async fn delta_provider(
     let open = |source: deltalake::DeltaTableError| {
         SqlError::Delta(DeltaError::Open {
             table: name.to_owned(),
-            path: dir.display().to_string(),
+            path: at.shown(),
             version,
             source: Box::new(source),
         })
     };
-    let abs = std::fs::canonicalize(dir).map_err(|source| SqlError::Io {
-        action: "open",
-        path: dir.display().to_string(),
-        source,
-    })?;
-    let url = url::Url::from_directory_path(&abs).map_err(|()| SqlError::NotAnOutput {
-        path: dir.display().to_string(),
-        reason: "the table's folder has no file URL".into(),
-    })?;
-    let table = deltalake::open_table_with_version(url, version).await.map_err(open)?;
+    let table = at.open(Some(version)).await.map_err(open)?;
     table.update_datafusion_session(&ctx.state()).map_err(open)?;
     let files = table.get_file_uris().map_err(open)?.collect();
     let reader_version = table.snapshot().map_err(open)?.protocol().min_reader_version();
     let provider = table.table_provider().await?;
-    let (committed_at, operation) = commit_info(&abs, version);
+    let (committed_at, operation) = commit_info(at, version).await;
     Ok(OpenedDelta { provider, files, reader_version, info: DeltaInfo { version, committed_at, operation } })
 }
 
 /// The time and operation a Delta commit's `commitInfo` records, read from the commit file itself
 /// (a checkpointed or cleaned-up commit has none to show).
-fn commit_info(table: &std::path::Path, version: u64) -> (Option<String>, Option<String>) {
-    let path = table.join(crate::sink::delta::DELTA_LOG).join(format!("{version:020}.json"));
-    let Ok(text) = std::fs::read_to_string(path) else { return (None, None) };
+async fn commit_info(at: &crate::sink::delta::Home, version: u64) -> (Option<String>, Option<String>) {
+    let rel = format!("{}/{version:020}.json", crate::sink::delta::DELTA_LOG);
+    let Ok(Some(bytes)) = at.read(&rel).await else { return (None, None) };
+    let text = String::from_utf8_lossy(&bytes);
     for line in text.lines() {
         let Ok(action) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         if let Some(info) = action.get("commitInfo") {
@@ -553,7 +575,7 @@ fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
     Ok(reader.schema().clone())
 }
 
-/// Registers the Delta table `dir/name` at `version` as `name`. Its schema for `\d` is `listed`
+/// Registers the Delta table `name` of the output at `home` at `version` as `name`. Its schema for `\d` is `listed`
 /// (the schema of the first file the run report lists) when given, else that of the version's
 /// first file, else the provider's.
 ///
@@ -561,19 +583,21 @@ fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
 /// Ballista can send to its executors (deltalake's provider it cannot). That is exact only while
 /// a version's rows are its files' rows: a table that needs a reader above version 1 (deletion
 /// vectors, column mapping; etl writes neither) is refused.
+#[allow(clippy::too_many_arguments)]
 async fn register_delta(
     ctx: &SessionContext,
-    dir: &std::path::Path,
+    data: &Data,
+    home: &crate::sink::delta::Home,
     name: &str,
     rows: u64,
     version: u64,
     listed: Option<SchemaRef>,
     remote: bool,
 ) -> Result<TableInfo, SqlError> {
-    let opened = delta_provider(ctx, &dir.join(name), name, version).await?;
+    let opened = delta_provider(ctx, &home.join(name), name, version).await?;
     let schema = match (listed, opened.files.first()) {
         (Some(s), _) => s,
-        (None, Some(f)) => local_parquet_schema(f)?,
+        (None, Some(f)) => data.listed_file_schema(f).await?,
         (None, None) => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
     };
     let provider = match (remote, opened.files.is_empty()) {

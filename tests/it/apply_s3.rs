@@ -47,7 +47,7 @@ fn s3_table_bytes(m: &Moto, bucket: &str, prefix: &str, report: &Json) -> BTreeM
         .collect()
 }
 
-fn local_table_bytes(out: &Path) -> BTreeMap<String, Vec<Vec<u8>>> {
+pub(crate) fn local_table_bytes(out: &Path) -> BTreeMap<String, Vec<Vec<u8>>> {
     let report = run_report(out);
     report["tables"]
         .as_array()
@@ -62,11 +62,20 @@ fn local_table_bytes(out: &Path) -> BTreeMap<String, Vec<Vec<u8>>> {
 }
 
 /// Every row of every table as `etl sql --data DATA` prints it (one JSON object a line), sorted.
-fn sql_rows(m: &Moto, data: &str, tables: &[String]) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn sql_rows(m: &Moto, data: &str, tables: &[String]) -> BTreeMap<String, Vec<String>> {
+    sql_rows_with(m, data, tables, &[])
+}
+
+/// [`sql_rows`] with more `etl sql` arguments (`--as-of`).
+pub(crate) fn sql_rows_with(m: &Moto, data: &str, tables: &[String], extra: &[&str]) -> BTreeMap<String, Vec<String>> {
     tables
         .iter()
         .map(|t| {
-            let r = etl_aws(m, &["sql", "--data", data, "--format", "ndjson", &format!("SELECT * FROM \"{t}\"")], 0);
+            let query = format!("SELECT * FROM \"{t}\"");
+            let mut args = vec!["sql", "--data", data, "--format", "ndjson"];
+            args.extend_from_slice(extra);
+            args.push(&query);
+            let r = etl_aws(m, &args, 0);
             let mut rows: Vec<String> = r.stdout.lines().map(str::to_owned).collect();
             rows.sort();
             (t.clone(), rows)
@@ -76,17 +85,17 @@ fn sql_rows(m: &Moto, data: &str, tables: &[String]) -> BTreeMap<String, Vec<Str
 
 /// `etl sample --incrementals 2` uploaded to moto as AWS writes it: the local chain, its bucket,
 /// the exports' ids, and the whole chain unwound locally in one run (the reference).
-struct Case {
-    _tmp: tempfile::TempDir,
-    local: PathBuf,
-    bucket: String,
-    full: String,
-    incs: Vec<String>,
-    reference: PathBuf,
+pub(crate) struct Case {
+    pub(crate) _tmp: tempfile::TempDir,
+    pub(crate) local: PathBuf,
+    pub(crate) bucket: String,
+    pub(crate) full: String,
+    pub(crate) incs: Vec<String>,
+    pub(crate) reference: PathBuf,
 }
 
 impl Case {
-    fn new(m: &Moto, tag: &str) -> Case {
+    pub(crate) fn new(m: &Moto, tag: &str) -> Case {
         let tmp = tempfile::tempdir().unwrap();
         let local = tmp.path().join("chain");
         let args = ["sample", "--out", s(&local), "--no-final", "--users", "60", "--files", "3", "--seed", "7"];
@@ -101,11 +110,11 @@ impl Case {
         Case { _tmp: tmp, local, bucket, full, incs, reference }
     }
 
-    fn export_url(&self, id: &str) -> String {
+    pub(crate) fn export_url(&self, id: &str) -> String {
         format!("s3://{}/exports/shop/AWSDynamoDB/{id}/", self.bucket)
     }
 
-    fn out_url(&self, prefix: &str) -> String {
+    pub(crate) fn out_url(&self, prefix: &str) -> String {
         format!("s3://{}/{prefix}", self.bucket)
     }
 }

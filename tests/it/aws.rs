@@ -828,8 +828,15 @@ fn objects_by_run(m: &Moto, bucket: &str, prefix: &str) -> BTreeMap<String, BTre
 /// Spawns `etl unwind SRC --out URL` that pauses at `point` until `go` exists (the process
 /// creates `go.reached` there); returns once it is paused.
 pub(crate) fn paused_unwind(m: &Moto, src: &str, url: &str, point: &str, go: &Path) -> std::process::Child {
+    paused_unwind_with(m, &[src, "--out", url], point, go)
+}
+
+/// `etl unwind -q ARGS…` paused at the fault point `point` until `go` exists.
+pub(crate) fn paused_unwind_with(m: &Moto, args: &[&str], point: &str, go: &Path) -> std::process::Child {
     let env = [("ETL_TEST_PAUSE_AT", point), ("ETL_TEST_PAUSE_FILE", s(go))];
-    let child = etl_cmd(m, &["unwind", "-q", src, "--out", url], Endpoint::Env, &env)
+    let mut all = vec!["unwind", "-q"];
+    all.extend_from_slice(args);
+    let child = etl_cmd(m, &all, Endpoint::Env, &env)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -157,7 +157,7 @@ fn a_rerun_replaces_every_table_in_one_commit() {
 }
 
 #[test]
-fn what_delta_cannot_do_yet_is_refused_before_any_write() {
+fn a_parquet_output_is_not_turned_into_delta_tables() {
     let tmp = tempfile::tempdir().unwrap();
     // A Parquet output is not turned into Delta tables beside its files.
     let out = tmp.path().join("parquet");
@@ -168,10 +168,6 @@ fn what_delta_cannot_do_yet_is_refused_before_any_write() {
     assert!(r.stderr.contains("hint:"), "{}", r.stderr);
     assert_eq!(run_report(&out)["started_at"], before["started_at"]);
     assert!(!out.join("user/_delta_log").exists());
-    // Object stores: not yet.
-    let r = etl(["unwind", sample_export().to_str().unwrap(), "--out", "s3://bucket/lake", "--format", "delta"]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("local folders only"), "{}", r.stderr);
 }
 
 /// The query library (`tests/sql/*.slt`) gives the same answers over the Delta output as over the

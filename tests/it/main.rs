@@ -12,6 +12,7 @@ mod chain;
 mod common;
 mod corpus;
 mod delta;
+mod delta_s3;
 mod drift;
 mod fault;
 mod fuzz;

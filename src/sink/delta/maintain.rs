@@ -57,6 +57,10 @@ pub struct Vacuumed {
 
 /// The output at `out`, locked, with its run manifest: a Delta output or an error.
 fn open_output(out: &Path) -> Result<(Staging, RunManifest), SinkError> {
+    let text = out.to_string_lossy();
+    if crate::store::ObjectUrl::parse(&text).is_some() {
+        return Err(DeltaError::MaintainObjectStore { url: text.into_owned() }.into());
+    }
     if !out.join(RUN_REPORT).is_file() {
         return Err(DeltaError::NotADeltaOutput { path: out.display().to_string() }.into());
     }
@@ -85,7 +89,7 @@ pub fn optimize(out: &Path, target_bytes: u64, props: &WriterProperties) -> Resu
         if !is_delta_table(&dir) {
             continue;
         }
-        let fail = delta_err(&t.name, &dir);
+        let fail = delta_err(&t.name, &dir.display().to_string());
         let handle = open_latest(&dir).map_err(&fail)?;
         let snapshot = handle.snapshot().map_err(&fail)?;
         let from_version = snapshot.version();

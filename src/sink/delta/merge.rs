@@ -30,7 +30,7 @@ use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, MetadataExt as _, StructType, Transaction};
 use deltalake::protocol::DeltaOperation;
 
-use super::{DeltaError, TXN_APP_ID, add_action, delta_schema, sync};
+use super::{DeltaError, Home, TXN_APP_ID, add_action, delta_schema, sync};
 use crate::normalize::BatchBuilder;
 use crate::schema::TableSchema;
 use crate::sink::SinkError;
@@ -47,8 +47,10 @@ pub enum Merged {
 /// What a merge of one table works with.
 pub struct MergeInput<'a> {
     pub table: &'a str,
-    /// The table's folder (a Delta table).
-    pub dir: &'a Path,
+    /// Where the table is.
+    pub home: &'a Home,
+    /// A local folder for files on their way to or from an object store.
+    pub scratch: &'a Path,
     pub table_handle: DeltaTable,
     /// The staged parts of the replay's complete new table.
     pub parts: Vec<PathBuf>,
@@ -68,8 +70,8 @@ pub struct MergeInput<'a> {
 /// Rows per batch read back from a data file.
 pub(super) const BATCH_ROWS: usize = 64 * 1024;
 
-pub(super) fn delta_err(table: &str, dir: &Path) -> impl Fn(deltalake::DeltaTableError) -> SinkError {
-    let (table, path) = (table.to_owned(), dir.display().to_string());
+pub(super) fn delta_err(table: &str, path: &str) -> impl Fn(deltalake::DeltaTableError) -> SinkError + use<> {
+    let (table, path) = (table.to_owned(), path.to_owned());
     move |source| {
         SinkError::from(DeltaError::Commit { table: table.clone(), path: path.clone(), source: Box::new(source) })
     }
@@ -290,13 +292,24 @@ impl NewFile {
         let report = FileReport { path: format!("{table}/{name}"), rows, row_groups: meta.num_row_groups(), bytes };
         Ok(Some((Action::Add(add), report)))
     }
+
+    /// [`NewFile::finish`], then the file put into the table at `home` ([`Home::place`]).
+    pub(super) fn finish_into(self, home: &Home, table: &str) -> Result<Option<(Action, FileReport)>, SinkError> {
+        let (name, path) = (self.name.clone(), self.path.clone());
+        let done = self.finish(table)?;
+        if done.is_some() {
+            home.place(&path, &name)?;
+        }
+        Ok(done)
+    }
 }
 
 /// Applies the changed keys of `input` to its Delta table in one commit.
 pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let MergeInput {
         table,
-        dir,
+        home,
+        scratch,
         table_handle,
         parts,
         new_schema,
@@ -307,7 +320,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         props,
         tag,
     } = input;
-    let fail = delta_err(table, dir);
+    let fail = delta_err(table, &home.shown());
     let Some(contract) = contract else { return Ok(Merged::Replace("the table has no key columns".into())) };
     let snapshot = table_handle.snapshot().map_err(&fail)?;
     let current_version = snapshot.version();
@@ -331,7 +344,13 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let mut files = Vec::new();
 
     // The changed keys' current rows, from the replay's complete table.
-    let mut upserts = NewFile::create(dir, format!("part-u00000-{tag}.parquet"), plan.schema.clone(), props, table)?;
+    let mut upserts = NewFile::create(
+        home.write_dir(scratch),
+        format!("part-u00000-{tag}.parquet"),
+        plan.schema.clone(),
+        props,
+        table,
+    )?;
     for part in &parts {
         let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
@@ -354,7 +373,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         snapshot.log_data().iter().map(|f| (f.path().into_owned(), f.size(), f.remove_action(true))).collect();
     let mut rewritten = 0usize;
     for (rel, size, remove) in current {
-        let path = dir.join(&rel);
+        let path = home.local_copy(&rel, scratch)?;
         let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
         let file_schema = builder.schema().clone();
@@ -381,12 +400,18 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             }
         }
         if !holds {
+            home.done_with(&path);
             continue;
         }
         let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
-        let mut out =
-            NewFile::create(dir, format!("part-r{rewritten:05}-{tag}.parquet"), file_schema.clone(), props, table)?;
+        let mut out = NewFile::create(
+            home.write_dir(scratch),
+            format!("part-r{rewritten:05}-{tag}.parquet"),
+            file_schema.clone(),
+            props,
+            table,
+        )?;
         rewritten += 1;
         for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))? {
             let batch = batch.map_err(arrow_err(table, &path))?;
@@ -401,13 +426,14 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         }
         report.files_rewritten += 1;
         report.bytes_rewritten += size.max(0) as u64;
+        home.done_with(&path);
         actions.push(Action::Remove(remove));
-        if let Some((add, r)) = out.finish(table)? {
+        if let Some((add, r)) = out.finish_into(home, table)? {
             actions.push(add);
             files.push(r);
         }
     }
-    if let Some((add, r)) = upserts.finish(table)? {
+    if let Some((add, r)) = upserts.finish_into(home, table)? {
         actions.push(add);
         files.push(r);
     }
@@ -417,7 +443,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         report.mode = manifest::MergeMode::Unchanged;
         return Ok(Merged::Done { version: current_version, report, files });
     }
-    sync(dir)?;
+    home.settle()?;
     if let Some(schema) = &plan.new_delta {
         let metadata = snapshot
             .metadata()
@@ -426,7 +452,9 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             .map_err(|e| fail(deltalake::DeltaTableError::Generic(e.to_string())))?;
         actions.insert(0, Action::Metadata(metadata));
     }
-    let mut props_commit = CommitProperties::default();
+    // Never committed on top of a version this run did not read: deltalake's retry would let a
+    // MERGE that removes no file land twice. A lost race is decided by the `txn` instead.
+    let mut props_commit = CommitProperties::default().with_max_retries(0);
     if let Some(v) = txn_version {
         props_commit = props_commit.with_application_transaction(Transaction::new(TXN_APP_ID, v));
     }

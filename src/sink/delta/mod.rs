@@ -21,12 +21,15 @@
 //! replaced version removed stay on disk (Delta time travel reads them) until a vacuum
 //! ([`maintain`], which also compacts small files). The exports read are kept under `_etl/base/`
 //! (swapped in after the table commits, before `_etl/run.json`), as a Parquet output keeps them.
-//! This module never writes an object store.
+//! An object-store output (`--out s3://…`) commits the same way through [`object`], with
+//! `_etl/run.json` written last by a conditional PUT instead of a rename.
 
+pub mod home;
 pub mod maintain;
 pub mod merge;
+pub mod object;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -44,6 +47,7 @@ use super::local::{RUN_REPORT, Staging};
 use super::manifest::{self, RunManifest};
 use super::{Committed, PartWriter, Sink, SinkError};
 use crate::schema::TableSchema;
+pub use home::Home;
 
 /// The folder of a Delta table's log, inside the table's folder.
 pub const DELTA_LOG: &str = "_delta_log";
@@ -78,8 +82,18 @@ pub enum DeltaError {
     ParquetOutput { path: String },
     #[error("`{path}` holds files that are not an etl output; `--format delta` never writes beside them")]
     NotEmpty { path: String },
-    #[error("`--format delta` writes local folders only, not `{url}` yet")]
-    ObjectStore { url: String },
+    #[error("`{url}` holds Delta tables (`--format delta`); a Parquet output never writes beside them")]
+    DeltaOutput { url: String },
+    /// Another run committed the table between this run's read and its commit, with other exports.
+    #[error(
+        "Delta table `{table}` at `{path}` was committed by another run while this run was writing it; this run stopped there"
+    )]
+    Conflict { table: String, path: String },
+    /// Another run published the output (`_etl/run.json`) after this one read it (object stores).
+    #[error(
+        "`{url}` was published by another run ({winner}) while this run was writing it; the output readers see is that run's, and the Delta tables hold every export's rows exactly once"
+    )]
+    OutputConflict { url: String, winner: String },
     #[error("table `{table}` has no Delta schema: {source}")]
     Schema { table: String, source: ArrowError },
     #[error("committing Delta table `{table}` at `{path}`: {source}")]
@@ -88,6 +102,8 @@ pub enum DeltaError {
     Open { table: String, path: String, version: u64, source: Box<DeltaTableError> },
     #[error("`{path}` is not a Delta output of etl (no `_etl/run.json` listing Delta tables)")]
     NotADeltaOutput { path: String },
+    #[error("`etl delta optimize` and `etl delta vacuum` maintain local Delta outputs, not `{url}` yet")]
+    MaintainObjectStore { url: String },
     #[error("vacuuming Delta table `{table}` at `{path}`: {source}")]
     Vacuum { table: String, path: String, source: Box<DeltaTableError> },
 }
@@ -98,8 +114,11 @@ impl DeltaError {
             DeltaError::ParquetOutput { .. } | DeltaError::NotEmpty { .. } => Some(
                 "choose another `--out` for the Delta tables, or drop `--format delta` to replace the output as Parquet",
             ),
-            DeltaError::ObjectStore { .. } => Some(
-                "write the Delta tables to a local `--out` folder, or drop `--format delta` to write Parquet to the object store",
+            DeltaError::DeltaOutput { .. } => {
+                Some("pass `--format delta` to update the Delta tables, or choose another prefix for Parquet")
+            }
+            DeltaError::Conflict { .. } | DeltaError::OutputConflict { .. } => Some(
+                "runs writing the same `--out` must not overlap; the tables this run committed hold its exports' rows exactly once, and the output readers see is the other run's: run this one again once it has finished",
             ),
             DeltaError::Schema { .. } => Some("this is a bug in etl; please report it with the run's input if you can"),
             DeltaError::NotADeltaOutput { .. } => {
@@ -107,6 +126,9 @@ impl DeltaError {
             }
             DeltaError::Vacuum { .. } => Some(
                 "`--retain` must be at least the table's `delta.deletedFileRetentionDuration` (168h unless set); `--allow-short-retention` goes below it when no reader reads an older version",
+            ),
+            DeltaError::MaintainObjectStore { .. } => Some(
+                "the tables stay correct without them: a MERGE's removed files stay on the object store (time travel reads them) until a vacuum, which etl does not run there yet",
             ),
             DeltaError::Commit { .. } | DeltaError::Open { .. } => None,
         }
@@ -137,11 +159,16 @@ impl DeltaSink {
         }
         let scratch = super::scratch_dir(staging.path());
         fs::create_dir_all(&scratch).map_err(SinkError::io("create", &scratch))?;
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let tag = format!("{}-{nanos}", std::process::id());
+        let tag = run_tag();
         Ok(DeltaSink { target: target.to_owned(), staging, scratch, props, tag, run: DeltaRun::default() })
     }
+}
+
+/// Names a run's data files (`part-00000-<tag>.parquet`): the process id and the clock. Never a
+/// run id of the object-store commit (no `T`), whose clean-up deletes files named by run ids.
+pub(super) fn run_tag() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{}-{nanos}", std::process::id())
 }
 
 /// Whether a run manifest is that of a Delta output (its tables record Delta versions).
@@ -210,143 +237,19 @@ impl Sink for DeltaSink {
     ) -> Result<(RunManifest, Committed), SinkError> {
         let DeltaSink { target, staging, scratch, props, tag, run } = *self;
         fs::remove_dir_all(&scratch).map_err(SinkError::io("remove", &scratch))?;
-        let contracts: HashMap<&str, &TableSchema> = schemas.iter().map(|s| (s.table.as_str(), s)).collect();
-        let mut files = 0;
-        let mut bytes = 0;
-        let mut versions = std::collections::BTreeMap::new();
         // The tables of the output this run replaces, to empty those it no longer has.
         let previous = if target.join(RUN_REPORT).is_file() { Some(RunManifest::read(&target)?) } else { None };
-        for table in &mut manifest.tables {
-            let dir = target.join(&table.name);
-            let path = dir.display().to_string();
-            let staged: Vec<PathBuf> = table.files.iter().map(|f| staging.path().join(&f.path)).collect();
-            let schema = match (staged.first(), contracts.get(table.name.as_str())) {
-                (Some(p), _) => written_schema(p, &table.name)?,
-                (None, Some(c)) => c.arrow_schema(),
-                (None, None) => (*crate::normalize::rejects_schema()).clone(),
-            };
-            let existing = if is_delta_table(&dir) {
-                let open = |source| DeltaError::Open {
-                    table: table.name.clone(),
-                    path: path.clone(),
-                    version: 0,
-                    source: Box::new(source),
-                };
-                Some(open_latest(&dir).map_err(open)?)
-            } else {
-                None
-            };
-            // Merging: a table whose `txn` already covers this run was merged by an earlier
-            // attempt. (A full export replaces every table whatever its `txn`: replacing twice
-            // is the same as once.)
-            if let (Some(t), Some(want), Some(_)) = (&existing, run.txn_version, &run.merge) {
-                let have = txn_version(t).map_err(|source| DeltaError::Commit {
-                    table: table.name.clone(),
-                    path: path.clone(),
-                    source: Box::new(source),
-                })?;
-                let covered = have.is_some_and(|h| h >= want);
-                if covered {
-                    let version = t.version().unwrap_or_default();
-                    tracing::info!(table = %table.name, version, "the table's Delta transaction covers this run: skipped");
-                    table.delta_version = Some(version);
-                    table.delta_merge =
-                        Some(manifest::DeltaMerge { mode: manifest::MergeMode::Skipped, ..Default::default() });
-                    table.files.clear();
-                    versions.insert(table.name.clone(), version);
-                    continue;
-                }
-            }
-            let mut replace_reason = None;
-            if let (Some(keys), Some(t)) = (&run.merge, existing) {
-                let merged = merge::merge(merge::MergeInput {
-                    table: &table.name,
-                    dir: &dir,
-                    table_handle: t,
-                    parts: staged.clone(),
-                    new_schema: std::sync::Arc::new(schema.clone()),
-                    contract: contracts.get(table.name.as_str()).copied(),
-                    key_attributes: &keys.key_attributes,
-                    keys: &keys.keys,
-                    txn_version: run.txn_version,
-                    props: &props,
-                    tag: &tag,
-                })?;
-                match merged {
-                    merge::Merged::Done { version, report, files: added } => {
-                        tracing::info!(table = %table.name, version, files_rewritten = report.files_rewritten, bytes_rewritten = report.bytes_rewritten, "merged the Delta table");
-                        files += added.len();
-                        bytes += added.iter().map(|f| f.bytes).sum::<u64>();
-                        table.files = added;
-                        table.delta_version = Some(version);
-                        table.delta_merge = Some(report);
-                        versions.insert(table.name.clone(), version);
-                        super::faults::point("delta-table-committed");
-                        continue;
-                    }
-                    merge::Merged::Replace(reason) => {
-                        tracing::warn!(table = %table.name, %reason, "the Delta table is replaced whole");
-                        replace_reason = Some(reason);
-                    }
-                }
-            }
-            fs::create_dir_all(&dir).map_err(SinkError::io("create", &dir))?;
-            let mut adds = Vec::with_capacity(table.files.len());
-            for (f, from) in table.files.iter_mut().zip(&staged) {
-                let file_name = Path::new(&f.path)
-                    .file_stem()
-                    .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
-                    .unwrap_or_else(|| format!("part-{tag}.parquet"));
-                let to = dir.join(&file_name);
-                sync(from)?;
-                fs::rename(from, &to).map_err(SinkError::io("move a data file into", &dir))?;
-                adds.push(Action::Add(add_action(file_name.clone(), &to, f.rows)?));
-                f.path = format!("{}/{file_name}", table.name);
-                files += 1;
-                bytes += f.bytes;
-            }
-            sync(&dir)?;
-            let columns = delta_schema(&table.name, &schema)?;
-            let version = commit_table(&dir, &table.name, columns, adds, run.txn_version)?;
-            tracing::info!(table = %table.name, version, "committed the Delta table");
-            table.delta_version = Some(version);
-            if run.merge.is_some() {
-                let added = table.files.len() as u64;
-                table.delta_merge = Some(manifest::DeltaMerge {
-                    mode: manifest::MergeMode::Replace,
-                    reason: replace_reason.or_else(|| Some("the table is new".into())),
-                    changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
-                    rows_upserted: table.rows,
-                    files_added: added,
-                    bytes_added: table.bytes(),
-                    ..Default::default()
-                });
-            }
-            versions.insert(table.name.clone(), version);
-            super::faults::point("delta-table-committed");
-        }
-        // A table of the previous output that this run no longer has (every row left it, or the
-        // full export has no such items) is emptied by one commit, so a Delta reader sees its true
-        // current state; like a Parquet output, `run.json` no longer lists it.
-        let kept: std::collections::HashSet<&str> = manifest.tables.iter().map(|t| t.name.as_str()).collect();
-        for gone in previous.iter().flat_map(|p| &p.tables).filter(|t| !kept.contains(t.name.as_str())) {
-            let dir = target.join(&gone.name);
-            if !is_delta_table(&dir) {
-                continue;
-            }
-            let path = dir.display().to_string();
-            let fail = |source| DeltaError::Open {
-                table: gone.name.clone(),
-                path: path.clone(),
-                version: 0,
-                source: Box::new(source),
-            };
-            let t = open_latest(&dir).map_err(fail)?;
-            let columns = StructType::clone(&t.snapshot().map_err(fail)?.schema());
-            let version = commit_table(&dir, &gone.name, columns, Vec::new(), run.txn_version)?;
-            tracing::info!(table = %gone.name, version, "emptied the Delta table: this run has no rows for it");
-            super::faults::point("delta-table-committed");
-        }
+        let home = Home::Dir(target.clone());
+        let tables = TablesCommit {
+            home: &home,
+            staging: staging.path(),
+            scratch: staging.path(),
+            props: &props,
+            tag: &tag,
+            run: &run,
+            previous: previous.as_ref(),
+        };
+        let placed = commit_tables(&tables, &mut manifest, schemas)?;
         // The exports read, kept for later applies, replace the previous ones once every table
         // is committed (the previous `_etl/base/` goes with the staging folder).
         // One exchange where the file system has it, so no moment is without a `_etl/base/`.
@@ -368,33 +271,294 @@ impl Sink for DeltaSink {
             fs::rename(&base, &old).map_err(SinkError::io("replace", &base))?;
         }
         super::faults::point("delta-base-kept");
-        // This run's entry in the output's history: the versions `etl sql --as-of` reads.
-        let mut history = previous.as_ref().map(|p| p.delta_history.clone()).unwrap_or_default();
-        history.push(manifest::OutputVersion {
-            version: history.last().map_or(0, |h| h.version + 1),
-            committed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            export_id: match &manifest.state {
-                Some(state) => state.applied.last().map(|a| a.export_id.clone()),
-                None => manifest.exports.last().map(crate::source::chain::export_id),
-            },
-            tables: manifest
-                .tables
-                .iter()
-                .filter_map(|t| {
-                    let version = *versions.get(&t.name)?;
-                    Some((t.name.clone(), manifest::TableVersion { version, rows: t.rows }))
-                })
-                .collect(),
-        });
-        manifest.delta_history = history;
-        if let Some(state) = &mut manifest.state {
-            state.delta_versions = versions;
-        }
+        record_versions(&mut manifest, previous.as_ref(), placed.versions);
         // `_etl/run.json` last: written into the staging folder, then renamed over the previous.
         publish_manifest(staging.path(), &target, &manifest, schemas)?;
         // Dropping the staging folder removes what is left of it, then releases the lock.
         drop(staging);
-        Ok((manifest, Committed { run_id: None, files, bytes, deleted: 0 }))
+        Ok((manifest, Committed { run_id: None, files: placed.files, bytes: placed.bytes, deleted: 0 }))
+    }
+}
+
+/// What [`commit_tables`] works with.
+pub(super) struct TablesCommit<'a> {
+    /// The output.
+    pub home: &'a Home,
+    /// The folder the manifest's staged part paths are relative to.
+    pub staging: &'a Path,
+    /// A local folder for files on their way to an object store.
+    pub scratch: &'a Path,
+    pub props: &'a WriterProperties,
+    /// Names this run's data files.
+    pub tag: &'a str,
+    pub run: &'a DeltaRun,
+    /// The output's committed manifest before this run.
+    pub previous: Option<&'a RunManifest>,
+}
+
+/// What [`commit_tables`] committed.
+pub(super) struct Placed {
+    pub versions: BTreeMap<String, u64>,
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// Commits every table `manifest` lists into its Delta table under `c.home`, one commit each (a
+/// MERGE onto an existing table when incremental exports are applied, else a replace), and
+/// empties the tables of the previous output that this run no longer has. Rewrites each table's
+/// files in `manifest` to the files placed, and records the versions and MERGE reports.
+pub(super) fn commit_tables(
+    c: &TablesCommit<'_>,
+    manifest: &mut RunManifest,
+    schemas: &[TableSchema],
+) -> Result<Placed, SinkError> {
+    let TablesCommit { home, staging, scratch, props, tag, run, previous } = *c;
+    let contracts: HashMap<&str, &TableSchema> = schemas.iter().map(|s| (s.table.as_str(), s)).collect();
+    let mut files = 0;
+    let mut bytes = 0;
+    let mut versions = BTreeMap::new();
+    let io = crate::store::io_runtime();
+    for table in &mut manifest.tables {
+        let at = home.join(&table.name);
+        let path = at.shown();
+        let staged: Vec<PathBuf> = table.files.iter().map(|f| staging.join(&f.path)).collect();
+        let schema = match (staged.first(), contracts.get(table.name.as_str())) {
+            (Some(p), _) => written_schema(p, &table.name)?,
+            (None, Some(c)) => c.arrow_schema(),
+            (None, None) => (*crate::normalize::rejects_schema()).clone(),
+        };
+        let open = |source| DeltaError::Open {
+            table: table.name.clone(),
+            path: path.clone(),
+            version: 0,
+            source: Box::new(source),
+        };
+        let existing = if io.block_on(at.is_table())? { Some(io.block_on(at.open(None)).map_err(open)?) } else { None };
+        super::faults::point("delta-table-read");
+        // Merging: a table whose `txn` already covers this run was merged by an earlier
+        // attempt. (A full export replaces every table whatever its `txn`: replacing twice
+        // is the same as once.)
+        if let (Some(t), Some(_)) = (&existing, &run.merge)
+            && let Some(version) = covered(t, run, &table.name, &path)?
+        {
+            tracing::info!(table = %table.name, version, "the table's Delta transaction covers this run: skipped");
+            skipped(table, version, &mut versions);
+            continue;
+        }
+        let mut replace_reason = None;
+        if let (Some(keys), Some(t)) = (&run.merge, existing.clone()) {
+            let merged = merge::merge(merge::MergeInput {
+                table: &table.name,
+                home: &at,
+                scratch,
+                table_handle: t,
+                parts: staged.clone(),
+                new_schema: std::sync::Arc::new(schema.clone()),
+                contract: contracts.get(table.name.as_str()).copied(),
+                key_attributes: &keys.key_attributes,
+                keys: &keys.keys,
+                txn_version: run.txn_version,
+                props,
+                tag,
+            });
+            match merged {
+                Ok(merge::Merged::Done { version, report, files: added }) => {
+                    tracing::info!(table = %table.name, version, files_rewritten = report.files_rewritten, bytes_rewritten = report.bytes_rewritten, "merged the Delta table");
+                    files += added.len();
+                    bytes += added.iter().map(|f| f.bytes).sum::<u64>();
+                    table.files = added;
+                    table.delta_version = Some(version);
+                    table.delta_merge = Some(report);
+                    versions.insert(table.name.clone(), version);
+                    super::faults::point("delta-table-committed");
+                    continue;
+                }
+                Ok(merge::Merged::Replace(reason)) => {
+                    tracing::warn!(table = %table.name, %reason, "the Delta table is replaced whole");
+                    replace_reason = Some(reason);
+                }
+                Err(e) => {
+                    let version = after_conflict(e, &at, run, &table.name, tag)?;
+                    skipped(table, version, &mut versions);
+                    continue;
+                }
+            }
+        }
+        at.create()?;
+        let mut adds = Vec::with_capacity(table.files.len());
+        for (f, from) in table.files.iter_mut().zip(&staged) {
+            let file_name = Path::new(&f.path)
+                .file_stem()
+                .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
+                .unwrap_or_else(|| format!("part-{tag}.parquet"));
+            // The action from the staged file: the same bytes wherever they go.
+            adds.push(Action::Add(add_action(file_name.clone(), from, f.rows)?));
+            at.place(from, &file_name)?;
+            f.path = format!("{}/{file_name}", table.name);
+            files += 1;
+            bytes += f.bytes;
+        }
+        at.settle()?;
+        let columns = delta_schema(&table.name, &schema)?;
+        let version = match commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref()) {
+            Ok(v) => v,
+            Err(e) => {
+                let version = after_conflict(e, &at, run, &table.name, tag)?;
+                skipped(table, version, &mut versions);
+                continue;
+            }
+        };
+        tracing::info!(table = %table.name, version, "committed the Delta table");
+        table.delta_version = Some(version);
+        if run.merge.is_some() {
+            let added = table.files.len() as u64;
+            table.delta_merge = Some(manifest::DeltaMerge {
+                mode: manifest::MergeMode::Replace,
+                reason: replace_reason.or_else(|| Some("the table is new".into())),
+                changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
+                rows_upserted: table.rows,
+                files_added: added,
+                bytes_added: table.bytes(),
+                ..Default::default()
+            });
+        }
+        versions.insert(table.name.clone(), version);
+        super::faults::point("delta-table-committed");
+    }
+    // A table of the previous output that this run no longer has (every row left it, or the
+    // full export has no such items) is emptied by one commit, so a Delta reader sees its true
+    // current state; like a Parquet output, `run.json` no longer lists it.
+    let kept: std::collections::HashSet<&str> = manifest.tables.iter().map(|t| t.name.as_str()).collect();
+    for gone in previous.iter().flat_map(|p| &p.tables).filter(|t| !kept.contains(t.name.as_str())) {
+        let at = home.join(&gone.name);
+        if !io.block_on(at.is_table())? {
+            continue;
+        }
+        let path = at.shown();
+        let fail = |source| DeltaError::Open {
+            table: gone.name.clone(),
+            path: path.clone(),
+            version: 0,
+            source: Box::new(source),
+        };
+        let t = io.block_on(at.open(None)).map_err(fail)?;
+        let columns = StructType::clone(&t.snapshot().map_err(fail)?.schema());
+        match commit_table(&at, &gone.name, columns, Vec::new(), run.txn_version, Some(&t)) {
+            Ok(version) => {
+                tracing::info!(table = %gone.name, version, "emptied the Delta table: this run has no rows for it")
+            }
+            Err(e) => {
+                after_conflict(e, &at, run, &gone.name, tag)?;
+            }
+        }
+        super::faults::point("delta-table-committed");
+    }
+    Ok(Placed { versions, files, bytes })
+}
+
+/// Records `table` as skipped at `version`: its `txn` already covers this run.
+fn skipped(table: &mut manifest::TableReport, version: u64, versions: &mut BTreeMap<String, u64>) {
+    table.delta_version = Some(version);
+    table.delta_merge = Some(manifest::DeltaMerge { mode: manifest::MergeMode::Skipped, ..Default::default() });
+    table.files.clear();
+    versions.insert(table.name.clone(), version);
+}
+
+/// The table's version when its last etl `txn` covers this run (a run of the same or later
+/// exports committed it), else `None`.
+fn covered(t: &deltalake::DeltaTable, run: &DeltaRun, table: &str, path: &str) -> Result<Option<u64>, SinkError> {
+    let Some(want) = run.txn_version else { return Ok(None) };
+    let have = txn_version(t).map_err(|source| DeltaError::Commit {
+        table: table.to_owned(),
+        path: path.to_owned(),
+        source: Box::new(source),
+    })?;
+    Ok(have.is_some_and(|h| h >= want).then(|| t.version().unwrap_or_default()))
+}
+
+/// Whether a commit lost to another writer of the same table (its version was taken first).
+pub(super) fn is_conflict(e: &DeltaTableError) -> bool {
+    use deltalake::kernel::transaction::TransactionError as T;
+    matches!(
+        e,
+        DeltaTableError::VersionAlreadyExists(_)
+            | DeltaTableError::Transaction {
+                source: T::CommitConflict(_) | T::MaxCommitAttempts(_) | T::VersionAlreadyExists(_)
+            }
+    )
+}
+
+/// After a failed commit of `table`: when another run committed the table meanwhile and its
+/// `txn` covers this run (it applied the same exports), the table is done, at that run's
+/// version; when it does not, this run lost the table ([`DeltaError::Conflict`]). Any other
+/// failure is returned as it is.
+/// Either way, the data files this run (`tag`) placed that the table's latest version does not
+/// list are removed: nothing refers to them.
+fn after_conflict(e: SinkError, at: &Home, run: &DeltaRun, table: &str, tag: &str) -> Result<u64, SinkError> {
+    let SinkError::Delta(DeltaError::Commit { source, .. }) = &e else { return Err(e) };
+    if !is_conflict(source) {
+        return Err(e);
+    }
+    let path = at.shown();
+    let reopened = crate::store::io_runtime().block_on(at.open(None)).map_err(|source| DeltaError::Open {
+        table: table.to_owned(),
+        path: path.clone(),
+        version: 0,
+        source: Box::new(source),
+    })?;
+    let listed: std::collections::HashSet<String> = match reopened.snapshot() {
+        Ok(snapshot) => snapshot.log_data().iter().map(|f| f.path().into_owned()).collect(),
+        Err(e) => {
+            return Err(DeltaError::Open { table: table.to_owned(), path, version: 0, source: Box::new(e) }.into());
+        }
+    };
+    // Never one the table lists: a commit whose answer was lost may be this run's own.
+    if let Err(e) = crate::store::io_runtime().block_on(at.remove_unlisted(tag, &listed)) {
+        tracing::warn!(table, error = %e, "could not remove this run's unused data files; `etl delta vacuum` does");
+    }
+    // The same exports exactly: a later run's tables would put this run's state ahead of its own.
+    let have = txn_version(&reopened).map_err(|source| DeltaError::Commit {
+        table: table.to_owned(),
+        path: path.clone(),
+        source: Box::new(source),
+    })?;
+    match (have, run.txn_version) {
+        (Some(h), Some(w)) if h == w => {
+            let version = reopened.version().unwrap_or_default();
+            tracing::info!(table, version, "another run committed this table with the same exports meanwhile: kept");
+            Ok(version)
+        }
+        _ => Err(DeltaError::Conflict { table: table.to_owned(), path }.into()),
+    }
+}
+
+/// This run's entry in the output's history (the versions `etl sql --as-of` reads), after the
+/// previous output's, and the versions in the run state.
+pub(super) fn record_versions(
+    manifest: &mut RunManifest,
+    previous: Option<&RunManifest>,
+    versions: BTreeMap<String, u64>,
+) {
+    let mut history = previous.map(|p| p.delta_history.clone()).unwrap_or_default();
+    history.push(manifest::OutputVersion {
+        version: history.last().map_or(0, |h| h.version + 1),
+        committed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        export_id: match &manifest.state {
+            Some(state) => state.applied.last().map(|a| a.export_id.clone()),
+            None => manifest.exports.last().map(crate::source::chain::export_id),
+        },
+        tables: manifest
+            .tables
+            .iter()
+            .filter_map(|t| {
+                let version = *versions.get(&t.name)?;
+                Some((t.name.clone(), manifest::TableVersion { version, rows: t.rows }))
+            })
+            .collect(),
+    });
+    manifest.delta_history = history;
+    if let Some(state) = &mut manifest.state {
+        state.delta_versions = versions;
     }
 }
 
@@ -454,25 +618,39 @@ fn written_schema(path: &Path, table: &str) -> Result<Schema, SinkError> {
     Ok(reader.schema().as_ref().clone())
 }
 
-/// One commit that creates the table at `dir`, or replaces every file of its current version
+/// One commit that creates the table at `at`, or replaces every file of its current version
 /// with `adds` (and its schema with `columns`), with the run's `txn`. Returns the committed version.
+///
+/// On an object store, where another run may commit the same table meanwhile, an existing table
+/// is replaced as `read` (the version this run read and checked) holds it, by a commit of the
+/// version after it: it fails if that version was taken ([`after_conflict`] decides). In a
+/// folder, which the run's lock keeps to itself, deltalake's create-or-replace does it.
 fn commit_table(
-    dir: &Path,
+    at: &Home,
     table: &str,
     columns: StructType,
     adds: Vec<Action>,
     txn: Option<i64>,
+    read: Option<&deltalake::DeltaTable>,
 ) -> Result<u64, SinkError> {
-    let path = dir.display().to_string();
+    let path = at.shown();
     let fail = |source: DeltaTableError| {
         SinkError::from(DeltaError::Commit { table: table.to_owned(), path: path.clone(), source: Box::new(source) })
     };
-    let mut props = CommitProperties::default();
+    // Never committed on top of a version this run did not read: deltalake's retry would let a
+    // MERGE that removes no file land twice. A lost race is decided by the `txn` instead.
+    let mut props = CommitProperties::default().with_max_retries(0);
     if let Some(v) = txn {
         props = props.with_application_transaction(Transaction::new(TXN_APP_ID, v));
     }
-    let builder = CreateBuilder::new()
-        .with_location(path.clone())
+    if let (Home::Object { .. }, Some(read)) = (at, read) {
+        return replace_read_version(read, columns, adds, props).map_err(fail);
+    }
+    let builder = match at {
+        Home::Dir(d) => CreateBuilder::new().with_location(d.display().to_string()),
+        Home::Object { .. } => CreateBuilder::new().with_log_store(at.log_store().map_err(fail)?),
+    };
+    let builder = builder
         .with_table_name(table)
         .with_columns(columns.fields().cloned())
         .with_save_mode(SaveMode::Overwrite)
@@ -480,6 +658,33 @@ fn commit_table(
         .with_actions(adds);
     let committed = crate::store::io_runtime().block_on(async { builder.await }).map_err(fail)?;
     committed.version().ok_or_else(|| fail(DeltaTableError::Generic("the commit returned no version".into())))
+}
+
+/// Replaces every file (and the schema) of the version `read` holds with `adds`, committed as
+/// the next version only.
+fn replace_read_version(
+    read: &deltalake::DeltaTable,
+    columns: StructType,
+    adds: Vec<Action>,
+    props: CommitProperties,
+) -> Result<u64, DeltaTableError> {
+    use deltalake::kernel::MetadataExt as _;
+    let snapshot = read.snapshot()?;
+    let metadata =
+        snapshot.metadata().clone().with_schema(&columns).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
+    let mut actions = vec![Action::Metadata(metadata)];
+    actions.extend(snapshot.log_data().iter().map(|f| Action::Remove(f.remove_action(true))));
+    actions.extend(adds);
+    let operation =
+        deltalake::protocol::DeltaOperation::Write { mode: SaveMode::Overwrite, partition_by: None, predicate: None };
+    let log_store = read.log_store();
+    let committed = crate::store::io_runtime().block_on(async {
+        deltalake::kernel::transaction::CommitBuilder::from(props)
+            .with_actions(actions)
+            .build(Some(snapshot), log_store, operation)
+            .await
+    })?;
+    Ok(committed.version())
 }
 
 #[cfg(test)]
