@@ -242,29 +242,25 @@ pub struct Keeping {
 
 /// Copies every export of `plan` into the output's `_etl/base/` through `sink`, unchanged, before
 /// anything is read, and points each data file's input at its kept copy: the bytes the run
-/// reads and verifies against the manifests are the bytes kept. Into a local output, from local
-/// exports only: the files of exports read from the previous output's own `_etl/base/` are
-/// hard-linked, the others copied. Into an object-store output, from local exports (uploaded) or
+/// reads and verifies against the manifests are the bytes kept. Into a local output: the files of
+/// exports read from the previous output's own `_etl/base/` are hard-linked, the other local
+/// ones copied, object-store ones downloaded. Into an object-store output, from local exports (uploaded) or
 /// object-store ones (copied server-side within the bucket; exports the output already keeps
 /// are left as they are). `None` (nothing kept, nothing changed) when the plan is not made of
 /// exports only, or of exports this sink cannot keep. A data file gone before it was kept fails
 /// as it would have failed reading.
 pub fn keep_base(plan: &mut Plan, sink: &dyn Sink, target: &Target, aws: &AwsOptions) -> Result<Keeping, UnwindError> {
-    let local = plan.files.iter().all(|f| matches!(f.input, Input::Path(_)));
-    let objects = plan.files.iter().all(|f| matches!(f.input, Input::Path(_) | Input::Object(_)));
+    let readable = plan.files.iter().all(|f| matches!(f.input, Input::Path(_) | Input::Object(_)));
     let out_url = match target {
         Target::Object(u) => Some(u),
         Target::Path(_) => None,
     };
-    if !plan.only_exports() || !(local || (out_url.is_some() && objects)) {
+    if !plan.only_exports() || !readable {
         return Ok(Keeping::default());
     }
     // Every export is checked before anything is kept, so a run keeps all or nothing.
-    for e in &plan.exports {
-        let object = ObjectUrl::parse(&e.export_dir).is_some();
-        if base_folder(e).is_none() || (object && out_url.is_none()) {
-            return Ok(Keeping::default());
-        }
+    if plan.exports.iter().any(|e| base_folder(e).is_none()) {
+        return Ok(Keeping::default());
     }
     // On an object store, `_etl/base/` outlives runs: a folder of the same name holding another
     // export (a different `manifest-summary.json`) is never written over.

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use super::lock::{self, Acquire, Holder, Lock};
 use super::{Committed, PartWriter, RunManifest, Sink, SinkError, faults};
 use crate::schema::TableSchema;
+use crate::source::object::ObjectRef;
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SinkError + 'a {
     SinkError::io(action, path)
@@ -84,6 +85,10 @@ impl Sink for LocalSink {
         keep_in(self.staging.path(), rel, from, link, None)
     }
 
+    fn keep_object(&self, rel: &str, from: &ObjectRef, shown: &str) -> Result<Option<PathBuf>, SinkError> {
+        keep_object_in(self.staging.path(), rel, from, shown)
+    }
+
     fn commit(
         self: Box<Self>,
         mut manifest: RunManifest,
@@ -109,6 +114,34 @@ pub(in crate::sink) fn keep_in(
     link: bool,
     published: Option<&Path>,
 ) -> Result<Option<PathBuf>, SinkError> {
+    let Some(to) = keep_place(staging, rel)? else { return Ok(Some(staging.join(rel))) };
+    let kept = published.map(|p| p.join(rel)).filter(|p| p.is_file() && same_bytes(p, from));
+    if kept.is_some_and(|p| fs::hard_link(&p, &to).is_ok()) || (link && fs::hard_link(from, &to).is_ok()) {
+        return Ok(Some(to));
+    }
+    if let Err(e) = fs::copy(from, &to) {
+        // A source that is gone is the input's fault; anything else is where it was copied to.
+        let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
+        return Err(io("copy", at)(e));
+    }
+    Ok(Some(to))
+}
+
+/// [`keep_in`] for an object of an object store (`shown` is its URL): downloaded into `staging`
+/// at `rel`, unchanged.
+pub(in crate::sink) fn keep_object_in(
+    staging: &Path,
+    rel: &str,
+    from: &crate::source::object::ObjectRef,
+    shown: &str,
+) -> Result<Option<PathBuf>, SinkError> {
+    let Some(to) = keep_place(staging, rel)? else { return Ok(Some(staging.join(rel))) };
+    super::object::download_blocking(&from.store, &from.key, &to, shown)?;
+    Ok(Some(to))
+}
+
+/// Where `rel` is kept in `staging` (its folder created), or `None` when it is kept already.
+fn keep_place(staging: &Path, rel: &str) -> Result<Option<PathBuf>, SinkError> {
     let plain = !rel.is_empty()
         && rel.split('/').all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'))
         && Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_)));
@@ -127,16 +160,7 @@ pub(in crate::sink) fn keep_in(
     // by the output's own `_etl/base/`. Never written over: it may be a link to the previous
     // output's file.
     if fs::symlink_metadata(&to).is_ok() {
-        return Ok(Some(to));
-    }
-    let kept = published.map(|p| p.join(rel)).filter(|p| p.is_file() && same_bytes(p, from));
-    if kept.is_some_and(|p| fs::hard_link(&p, &to).is_ok()) || (link && fs::hard_link(from, &to).is_ok()) {
-        return Ok(Some(to));
-    }
-    if let Err(e) = fs::copy(from, &to) {
-        // A source that is gone is the input's fault; anything else is where it was copied to.
-        let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
-        return Err(io("copy", at)(e));
+        return Ok(None);
     }
     Ok(Some(to))
 }

@@ -160,11 +160,26 @@ pub trait Sink: PartSink + Send + Sync {
         from_url: Option<&ObjectUrl>,
         link: bool,
     ) -> Result<Option<Input>, SinkError> {
-        let _ = from_url;
         match from {
             Input::Path(p) => Ok(self.keep(rel, p, link)?.map(Input::Path)),
-            Input::Object(_) | Input::Stdin => Ok(None),
+            Input::Object(o) => {
+                let shown = from_url.map_or_else(|| o.key.to_string(), ToString::to_string);
+                Ok(self.keep_object(rel, o, &shown)?.map(Input::Path))
+            }
+            Input::Stdin => Ok(None),
         }
+    }
+
+    /// [`Sink::keep`] for an object (`shown` is its URL): downloaded, unchanged. `None` when
+    /// this sink keeps no such file.
+    fn keep_object(
+        &self,
+        rel: &str,
+        from: &crate::source::object::ObjectRef,
+        shown: &str,
+    ) -> Result<Option<PathBuf>, SinkError> {
+        let _ = (rel, from, shown);
+        Ok(None)
     }
 
     /// The committed report of the output this run replaces, when the sink read it when it was

@@ -632,6 +632,34 @@ pub(in crate::sink) async fn upload(
     done.map_err(|e| SinkError::Io { action: "upload", path: url.url_of(key), source: e })
 }
 
+/// Streams the object `key` of `store` (`shown`: its URL) into the new local file `to`.
+pub(in crate::sink) async fn download(
+    store: &Arc<dyn ObjectStore>,
+    key: &ObjPath,
+    to: &Path,
+    shown: &str,
+) -> Result<(), SinkError> {
+    use tokio::io::AsyncWriteExt as _;
+    let got = store.get(key).await.map_err(|e| SinkError::Store(StoreError::object("read", shown, &e)))?;
+    let mut stream = got.into_stream();
+    let mut file = tokio::fs::File::create(to).await.map_err(SinkError::io("create", to))?;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| SinkError::Store(StoreError::object("read", shown, &e)))?;
+        file.write_all(&chunk).await.map_err(SinkError::io("write", to))?;
+    }
+    file.flush().await.map_err(SinkError::io("write", to))
+}
+
+/// [`download`] from synchronous code (never from the I/O runtime's own threads).
+pub(in crate::sink) fn download_blocking(
+    store: &Arc<dyn ObjectStore>,
+    key: &ObjPath,
+    to: &Path,
+    shown: &str,
+) -> Result<(), SinkError> {
+    io_runtime().block_on(download(store, key, to, shown))
+}
+
 /// Deletes `keys`, best effort: what is left is removed by a later run's clean-up.
 async fn remove_keys(store: &Arc<dyn ObjectStore>, keys: &[String]) {
     for k in keys {

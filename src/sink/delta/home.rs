@@ -173,21 +173,7 @@ impl Home {
                 let key = Home::key(url, rel);
                 let to = scratch.join(format!("fetched-{}", rel.replace('/', "_")));
                 let shown = url.url_of(&key);
-                crate::store::io_runtime().block_on(async {
-                    use tokio::io::AsyncWriteExt as _;
-                    let got = store
-                        .get(&ObjPath::from(key.as_str()))
-                        .await
-                        .map_err(|e| SinkError::Store(StoreError::object("read", &shown, &e)))?;
-                    let mut stream = got.into_stream();
-                    let mut file = tokio::fs::File::create(&to).await.map_err(SinkError::io("create", &to))?;
-                    use futures::StreamExt as _;
-                    while let Some(chunk) = stream.next().await {
-                        let chunk = chunk.map_err(|e| SinkError::Store(StoreError::object("read", &shown, &e)))?;
-                        file.write_all(&chunk).await.map_err(SinkError::io("write", &to))?;
-                    }
-                    file.flush().await.map_err(SinkError::io("write", &to))
-                })?;
+                crate::sink::object::download_blocking(store, &ObjPath::from(key.as_str()), &to, &shown)?;
                 Ok(to)
             }
         }

@@ -226,6 +226,15 @@ impl Sink for DeltaSink {
         super::local::keep_in(self.staging.path(), rel, from, link, Some(&self.target))
     }
 
+    fn keep_object(
+        &self,
+        rel: &str,
+        from: &crate::source::object::ObjectRef,
+        shown: &str,
+    ) -> Result<Option<PathBuf>, SinkError> {
+        super::local::keep_object_in(self.staging.path(), rel, from, shown)
+    }
+
     fn delta_run(&mut self, run: DeltaRun) {
         self.run = run;
     }
