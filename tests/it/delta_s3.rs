@@ -24,18 +24,6 @@ fn delta_read(m: &Moto, out: &str, tables: &[String]) -> Json {
     serde_json::from_slice(&r.stdout).unwrap()
 }
 
-/// `tests/interop/read_back.py` over a local Parquet output.
-fn read_back(m: &Moto, out: &Path, tables: &[String]) -> Json {
-    let r = Command::new(&m.python)
-        .arg(root().join("tests/interop/read_back.py"))
-        .arg(out)
-        .args(tables)
-        .output()
-        .expect("run python");
-    assert!(r.status.success(), "read_back.py failed: {}", String::from_utf8_lossy(&r.stderr));
-    serde_json::from_slice(&r.stdout).unwrap()
-}
-
 /// Each table's Delta version as `_etl/run.json` records it.
 fn versions(report: &Json) -> BTreeMap<String, u64> {
     report["tables"]
@@ -98,7 +86,8 @@ fn a_chain_applied_onto_s3_delta_tables_equals_the_local_chain_at_every_version(
     // The Python `deltalake` package reads each table from S3 with the values pyarrow reads from
     // the local chain's Parquet files; pyarrow reads the same from the files the Delta log lists.
     let delta = delta_read(m, &out, &tables);
-    let parquet = read_back(m, &c.reference, &tables);
+    let names: Vec<&str> = tables.iter().map(String::as_str).collect();
+    let parquet = crate::interop::read_back(&m.python, &c.reference, &names);
     for t in &tables {
         assert_eq!(
             delta[t]["version"],

@@ -21,7 +21,7 @@ pub fn python() -> Option<String> {
     }
 }
 
-fn read_back(py: &str, out: &Path, tables: &[&str]) -> Json {
+pub(crate) fn read_back(py: &str, out: &Path, tables: &[&str]) -> Json {
     let r = std::process::Command::new(py)
         .arg(root().join("tests/interop/read_back.py"))
         .arg(out)
