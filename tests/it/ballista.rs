@@ -121,6 +121,26 @@ fn an_s3_output_answers_the_same_on_the_cluster() {
     }
 }
 
+/// Delta tables on `s3://` (moto) answer every query of the library the same on the cluster:
+/// each table is the version's `s3://` files, which the executors read with their own S3 settings.
+#[test]
+fn an_s3_delta_output_answers_the_same_on_the_cluster() {
+    use crate::aws::{etl_aws, moto, py, unique};
+    let Some(url) = cluster() else { return };
+    let Some(m) = moto() else { return };
+    let bucket = unique("ballista-delta");
+    py(m, "s3.py", &["mb", &bucket]);
+    let data = format!("s3://{bucket}/lake");
+    etl_aws(m, &["unwind", sample_export().to_str().unwrap(), "--out", &data, "--format", "delta"], 0);
+    for file in library() {
+        let f = file.to_str().unwrap();
+        let local = etl_aws(m, &["sql", "--data", &data, "-f", f, "--format", "csv"], 0).stdout;
+        assert!(local.lines().count() > 1, "{f} answers rows over the sample");
+        let remote = etl_aws(m, &["sql", "--data", &data, "-f", f, "--format", "csv", "--ballista", &url], 0).stdout;
+        assert_eq!(remote, local, "{f} over {data} on {url}");
+    }
+}
+
 #[cfg(feature = "ballista")]
 #[test]
 fn an_unreachable_scheduler_is_a_clear_error() {
