@@ -70,13 +70,16 @@ fn credential_error_text(e: &aws_credential_types::provider::error::CredentialsE
 }
 
 /// How long S3 requests may take and how often they are retried (throttling, 5xx, timeouts and
-/// connection errors, with exponential backoff). Ten retries ride out several seconds of
-/// throttling or 5xx answers (S3's `SlowDown` comes in bursts); the timeout keeps an unreachable
-/// endpoint failing in well under a minute instead of `object_store`'s default three.
+/// connection errors, with exponential backoff). `object_store`'s backoff is jittered: each wait
+/// is drawn between `init_backoff` and twice the previous one, so ten retries wait at least ten
+/// `init_backoff`s. At 200 ms that rides out at least two seconds of throttling or 5xx answers
+/// (S3's `SlowDown` comes in bursts), usually far more; at 100 ms a 1.5 s burst could exhaust
+/// them (the fault suite's 503 burst did once). The timeout keeps an unreachable endpoint
+/// failing in well under a minute instead of `object_store`'s default three.
 fn retry_config() -> RetryConfig {
     RetryConfig {
         backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(100),
+            init_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
             base: 2.0,
         },
