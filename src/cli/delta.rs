@@ -1,8 +1,7 @@
-//! `etl delta optimize DIR` and `etl delta vacuum DIR`: maintenance of a `--format delta` output
-//! for long-running jobs. Each prints one line per table on stdout; the work is
-//! [`crate::sink::delta::maintain`]'s.
+//! `etl delta optimize` and `etl delta vacuum` (a folder or an `s3://` prefix): maintenance of a
+//! `--format delta` output for long-running jobs. Each prints one line per table on stdout; the
+//! work is [`crate::sink::delta::maintain`]'s.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -10,6 +9,7 @@ use clap::{Args, Subcommand};
 use super::table::{Align, Table};
 use super::{ExitStatus, Printer};
 use crate::sink::delta::maintain;
+use crate::store::Target;
 
 #[derive(Debug, Subcommand)]
 pub enum DeltaCommand {
@@ -25,9 +25,11 @@ pub enum DeltaCommand {
 
 #[derive(Debug, Args)]
 pub struct OptimizeArgs {
-    /// A Delta output (`etl unwind --out DIR --format delta`).
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    /// A Delta output (`etl unwind --out DIR|s3://BUCKET/PREFIX --format delta`).
+    #[arg(value_name = "DIR|S3_URL")]
+    pub out: String,
+    #[command(flatten)]
+    pub aws: super::aws_args::AwsArgs,
     /// Files smaller than this are compacted into files of about this size (for example
     /// `128M`, `1G`).
     #[arg(long, value_name = "SIZE", default_value = "128M", value_parser = super::sql::parse_size)]
@@ -36,9 +38,11 @@ pub struct OptimizeArgs {
 
 #[derive(Debug, Args)]
 pub struct VacuumArgs {
-    /// A Delta output (`etl unwind --out DIR --format delta`).
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    /// A Delta output (`etl unwind --out DIR|s3://BUCKET/PREFIX --format delta`).
+    #[arg(value_name = "DIR|S3_URL")]
+    pub out: String,
+    #[command(flatten)]
+    pub aws: super::aws_args::AwsArgs,
     /// Keep every file a version committed within this period needs (for example `168h`, `30d`).
     #[arg(long, value_name = "DURATION", default_value = "168h", value_parser = parse_retention)]
     pub retain: Duration,
@@ -59,11 +63,30 @@ fn parse_retention(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A failed maintenance: the error with its hint, and exit 1 when another run (an apply holding
+/// the folder's lock, or publishing the prefix first) got in the way, 2 otherwise.
+fn failed(printer: &Printer, e: &crate::sink::SinkError) -> ExitStatus {
+    printer.error_chain(e, e.hint());
+    if e.is_concurrent_run() { ExitStatus::Failure } else { ExitStatus::Error }
+}
+
+/// The output a maintenance command names, or the error printed.
+fn target(given: &str, printer: &Printer) -> Option<Target> {
+    match Target::parse(given) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            printer.error(&e.to_string(), e.hint());
+            None
+        }
+    }
+}
+
 pub fn run(cmd: DeltaCommand, printer: &Printer) -> ExitStatus {
     let shown = match cmd {
         DeltaCommand::Optimize(a) => {
+            let Some(out) = target(&a.out, printer) else { return ExitStatus::Error };
             let props = crate::sink::parquet::writer_properties(crate::pipeline::DEFAULT_ROW_GROUP_ROWS);
-            match maintain::optimize(&a.dir, a.target_size as u64, &props) {
+            match maintain::optimize(&out, &a.aws.options(), a.target_size as u64, &props) {
                 Ok(tables) => {
                     let mut t = Table::new(&[
                         ("table", Align::Left),
@@ -90,31 +113,28 @@ pub fn run(cmd: DeltaCommand, printer: &Printer) -> ExitStatus {
                     printer.info(&format!("compacted {committed} of {} tables, one commit each", tables.len()));
                     t.render()
                 }
-                Err(e) => {
-                    printer.error_chain(&e, e.hint());
-                    return ExitStatus::Error;
-                }
+                Err(e) => return failed(printer, &e),
             }
         }
-        DeltaCommand::Vacuum(a) => match maintain::vacuum(&a.dir, a.retain, a.dry_run, a.allow_short_retention) {
-            Ok(tables) => {
-                let mut t = Table::new(&[("table", Align::Left), ("file", Align::Left)]);
-                let mut n = 0;
-                for v in &tables {
-                    for f in &v.files {
-                        t.row([v.table.clone(), f.clone()]);
-                        n += 1;
+        DeltaCommand::Vacuum(a) => {
+            let Some(out) = target(&a.out, printer) else { return ExitStatus::Error };
+            match maintain::vacuum(&out, &a.aws.options(), a.retain, a.dry_run, a.allow_short_retention) {
+                Ok(tables) => {
+                    let mut t = Table::new(&[("table", Align::Left), ("file", Align::Left)]);
+                    let mut n = 0;
+                    for v in &tables {
+                        for f in &v.files {
+                            t.row([v.table.clone(), f.clone()]);
+                            n += 1;
+                        }
                     }
+                    let verb = if a.dry_run { "would delete" } else { "deleted" };
+                    printer.info(&format!("{verb} {n} files in {} tables", tables.len()));
+                    if n == 0 { String::new() } else { t.render() }
                 }
-                let verb = if a.dry_run { "would delete" } else { "deleted" };
-                printer.info(&format!("{verb} {n} files in {} tables", tables.len()));
-                if n == 0 { String::new() } else { t.render() }
+                Err(e) => return failed(printer, &e),
             }
-            Err(e) => {
-                printer.error_chain(&e, e.hint());
-                return ExitStatus::Error;
-            }
-        },
+        }
     };
     match printer.data(&shown) {
         Ok(()) => ExitStatus::Success,

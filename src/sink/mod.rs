@@ -105,7 +105,11 @@ impl SinkError {
             self,
             SinkError::Locked { .. }
                 | SinkError::Conflict { .. }
-                | SinkError::Delta(delta::DeltaError::Conflict { .. } | delta::DeltaError::OutputConflict { .. })
+                | SinkError::Delta(
+                    delta::DeltaError::Conflict { .. }
+                        | delta::DeltaError::OutputConflict { .. }
+                        | delta::DeltaError::MaintainConflict { .. }
+                )
         )
     }
 }

@@ -3,6 +3,7 @@
 Usage:
   s3.py ENDPOINT list BUCKET [PREFIX] [--json]   keys under PREFIX, one a line (--json: [[key, size]...])
   s3.py ENDPOINT get BUCKET KEY                  the object's bytes on stdout (exit 3 if missing)
+  s3.py ENDPOINT put BUCKET KEY FILE             uploads FILE as KEY
   s3.py ENDPOINT delete BUCKET KEY...            deletes objects
   s3.py ENDPOINT mb BUCKET                       creates a bucket unless it exists
   s3.py ENDPOINT download BUCKET PREFIX DIR      every object under PREFIX into DIR/<key minus PREFIX>
@@ -27,6 +28,10 @@ def main():
     p = sub.add_parser("get")
     p.add_argument("bucket")
     p.add_argument("key")
+    p = sub.add_parser("put")
+    p.add_argument("bucket")
+    p.add_argument("key")
+    p.add_argument("file")
     p = sub.add_parser("delete")
     p.add_argument("bucket")
     p.add_argument("keys", nargs="+")
@@ -55,6 +60,8 @@ def main():
             print(f"no such key: s3://{a.bucket}/{a.key}", file=sys.stderr)
             sys.exit(3)
         sys.stdout.buffer.write(body)
+    elif a.cmd == "put":
+        s3.upload_file(a.file, a.bucket, a.key)
     elif a.cmd == "delete":
         for k in a.keys:
             s3.delete_object(Bucket=a.bucket, Key=k)

@@ -111,9 +111,112 @@ fn a_chain_applied_onto_s3_delta_tables_equals_the_local_chain_at_every_version(
     etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &plain], 0);
     let r = etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &plain, "--format", "delta"], 2);
     assert!(r.stderr.contains("holds a Parquet etl output"), "{}", r.stderr);
-    // Maintenance is local only, and says so.
-    let r = etl_aws(m, &["delta", "vacuum", &out], 2);
-    assert!(r.stderr.contains("maintain local Delta outputs"), "{}", r.stderr);
+    // Maintenance of a prefix that holds no Delta output is refused.
+    let r = etl_aws(m, &["delta", "vacuum", &plain], 2);
+    assert!(r.stderr.contains("is not a Delta output of etl"), "{}", r.stderr);
+}
+
+/// `etl delta optimize` and `etl delta vacuum` on `s3://`. A table with a commit `_etl/run.json`
+/// does not name (an apply killed after its commit) is not maintained until the apply is
+/// completed. Optimize then compacts the merges' small files in one commit per table, changes no
+/// row, and moves `_etl/run.json` (one more output version; `etl sql` and `deltalake` read the
+/// new versions). Vacuum refuses a short retention unless told, lists on `--dry-run` without
+/// deleting, then deletes exactly the files the latest versions do not list, an orphan `part-`
+/// file of a killed writer included, with one `VACUUM END` commit per table; rows stay the same.
+#[test]
+fn optimize_and_vacuum_maintain_s3_delta_tables() {
+    let Some(m) = moto() else { return };
+    let c = Case::new(m, "delta-maint");
+    let out = c.out_url("m/");
+    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out, "--format", "delta"], 0);
+    etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out, "--format", "delta"], 0);
+    let inc2 = c.export_url(&c.incs[1]);
+    let kill = [("ETL_TEST_KILL_AT", "delta-table-committed")];
+    let (r, _) = crate::aws::run_limited(
+        crate::aws::etl_cmd(m, &["unwind", "-q", &inc2, "--out", &out, "--format", "delta"], Endpoint::Env, &kill),
+        std::time::Duration::from_secs(300),
+    );
+    assert_ne!(r.code, 0, "the run was killed: {}", r.stderr);
+    let keys = s3_keys(m, &c.bucket, "m/");
+    let r = etl_aws(m, &["delta", "optimize", &out], 2);
+    assert!(r.stderr.contains("has a commit after the version") && r.stderr.contains("hint:"), "{}", r.stderr);
+    let r = etl_aws(m, &["delta", "vacuum", &out, "--retain", "0s", "--allow-short-retention"], 2);
+    assert!(r.stderr.contains("has a commit after the version"), "{}", r.stderr);
+    assert_eq!(s3_keys(m, &c.bucket, "m/"), keys, "a refused maintenance writes nothing");
+    etl_aws(m, &["unwind", &inc2, "--out", &out, "--format", "delta"], 0);
+
+    let tables = tables_of(&c.reference);
+    let rows = sql_rows(m, &out, &tables);
+    assert_eq!(rows, sql_rows(m, s(&c.reference), &tables));
+    let report = s3_report(m, &c.bucket, "m/");
+    let before = versions(&report);
+    let read = delta_read(m, &out, &before.iter().map(|(t, v)| format!("{t}@{v}")).collect::<Vec<_>>());
+    let files_before: BTreeMap<String, Json> =
+        before.iter().map(|(t, v)| (t.clone(), read[format!("{t}@{v}")].clone())).collect();
+    let history = report["delta_history"].as_array().unwrap().len();
+
+    let r = etl_aws(m, &["delta", "optimize", &out, "--target-size", "1G"], 0);
+    let report = s3_report(m, &c.bucket, "m/");
+    let after = versions(&report);
+    let read = delta_read(m, &out, &tables);
+    let mut compacted = 0;
+    for (t, v) in &after {
+        let (had, has) =
+            (files_before[t]["files"].as_array().unwrap().len(), read[t]["files"].as_array().unwrap().len());
+        assert_eq!(read[t]["version"], *v, "`{t}`: `deltalake` reads the version `_etl/run.json` names");
+        assert_eq!(read[t]["delta_rows"], files_before[t]["delta_rows"], "`{t}`: optimize changed rows");
+        if *v != before[t] {
+            assert_eq!(*v, before[t] + 1, "`{t}`: one commit");
+            assert!(has < had, "`{t}`: {had} files became {has}");
+            compacted += 1;
+        } else {
+            assert_eq!(has, had, "`{t}`");
+        }
+    }
+    assert!(compacted > 0, "the merges left tables of several small files: {}\n{}", r.stdout, r.stderr);
+    assert_eq!(report["delta_history"].as_array().unwrap().len(), history + 1, "optimize adds one output version");
+    assert_eq!(sql_rows(m, &out, &tables), rows, "`etl sql` reads the compacted versions");
+    etl_aws(m, &["delta", "optimize", &out, "--target-size", "1G"], 0);
+    assert_eq!(versions(&s3_report(m, &c.bucket, "m/")), after, "a second optimize has nothing to compact");
+
+    // Vacuum: a short retention is refused with a hint; a dry run lists and deletes nothing.
+    let r = etl_aws(m, &["delta", "vacuum", &out, "--retain", "0s"], 2);
+    assert!(r.stderr.contains("hint:") && r.stderr.contains("--allow-short-retention"), "{}", r.stderr);
+    let orphan_file = c._tmp.path().join("orphan.parquet");
+    std::fs::write(&orphan_file, b"PAR1 a killed writer's upload").unwrap();
+    let table = &tables[0];
+    let orphan = format!("m/{table}/part-00000-00000000-0000-0000-0000-000000000000-c000.zstd.parquet");
+    crate::aws::py(m, "s3.py", &["put", &c.bucket, &orphan, s(&orphan_file)]);
+    let keys = s3_keys(m, &c.bucket, "m/");
+    let r = etl_aws(m, &["delta", "vacuum", &out, "--retain", "0s", "--allow-short-retention", "--dry-run"], 0);
+    let listed: Vec<&str> = r.stdout.lines().skip(2).collect();
+    assert!(listed.len() > 1, "the merges and the optimize left files to delete: {}", r.stdout);
+    assert!(listed.iter().any(|l| l.starts_with(table.as_str()) && l.contains("000000000000-c000")), "{}", r.stdout);
+    assert_eq!(s3_keys(m, &c.bucket, "m/"), keys, "a dry run deletes nothing");
+
+    let r = etl_aws(m, &["delta", "vacuum", &out, "--retain", "0s", "--allow-short-retention"], 0);
+    assert_eq!(r.stdout.lines().skip(2).count(), listed.len(), "the dry run listed what vacuum deleted");
+    let left = s3_keys(m, &c.bucket, "m/");
+    let read = delta_read(m, &out, &tables);
+    for t in &tables {
+        let prefix = format!("m/{t}/");
+        let data: std::collections::BTreeSet<&str> = left
+            .iter()
+            .filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].starts_with("_delta_log/"))
+            .map(|k| &k[prefix.len()..])
+            .collect();
+        let live: std::collections::BTreeSet<&str> = read[t]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().rsplit('/').next().unwrap())
+            .collect();
+        assert_eq!(data, live, "`{t}`: only the latest version's files are left");
+        assert_eq!(read[t]["delta_rows"], files_before[t]["delta_rows"], "`{t}` after vacuum");
+    }
+    let vacuumed = left.difference(&keys).filter(|k| k.contains("/_delta_log/")).count();
+    assert!(vacuumed > 0, "vacuum commits a `VACUUM END` to the tables it cleaned");
+    assert_eq!(sql_rows(m, &out, &tables), rows);
 }
 
 /// Two applies of the same export start from one head. The first publishes; the second, paused

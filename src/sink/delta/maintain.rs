@@ -1,19 +1,28 @@
 //! Maintenance of a Delta output for long-running jobs: `etl delta optimize` compacts each
 //! table's small data files in one commit, `etl delta vacuum` deletes the files no version within
-//! the retention period needs.
+//! the retention period needs. Both work on a folder and on an `s3://` prefix, through the same
+//! [`Home`] the sink and `etl sql` open tables with.
 //!
-//! Both hold the output's lock, so they never run beside an apply. Optimize rewrites files with
-//! etl's own Parquet writer and each file's own schema (etl's types and field metadata, exactly as
-//! the files it compacts), commits `remove`/`add` actions with `dataChange: false` (readers of
-//! the table's changes see none), then moves `_etl/run.json` to the new versions, so `etl sql`
-//! and the next merge read the compacted files; a crash before that leaves the previous version
-//! named, whose files stay until a vacuum past the retention period. Vacuum is deltalake's
-//! (`VacuumMode::Full`: expired removed files and files no commit lists, such as those of a
-//! killed merge, once older than the retention period); it never changes `_etl/run.json`.
+//! A folder is locked for the duration, so neither runs beside an apply. A prefix has no lock:
+//! each table's commit is a conditional PUT of its next log version, so a commit that races an
+//! apply's loses cleanly (one of the two fails; no row is lost or doubled), and `_etl/run.json`
+//! is replaced with `If-Match` on the head read at the start, so an apply published in between
+//! is never overwritten.
+//!
+//! Optimize rewrites files with etl's own Parquet writer and each file's own schema (etl's types
+//! and field metadata, exactly as the files it compacts; on a prefix, the small files are
+//! downloaded into a scratch folder and the compacted ones uploaded), commits `remove`/`add`
+//! actions with `dataChange: false` (readers of the table's changes see none), then moves
+//! `_etl/run.json` to the new versions, so `etl sql` and the next merge read the compacted files;
+//! a crash before that leaves the previous version named, whose files stay until a vacuum past
+//! the retention period. Vacuum is deltalake's plan (`VacuumMode::Full`: expired removed files
+//! and files no commit lists, such as those of a killed merge, once older than the retention
+//! period), carried out by etl; it never changes `_etl/run.json`.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -22,12 +31,17 @@ use deltalake::kernel::Action;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::DeltaOperation;
+use object_store::ObjectStore;
+use object_store::path::Path as ObjPath;
 
 use super::merge::{BATCH_ROWS, NewFile, arrow_err, delta_err, part_err};
-use super::{DeltaError, is_delta_output, is_delta_table, open_latest, sync};
+use super::{DeltaError, Home, is_delta_output};
+use crate::aws::AwsOptions;
 use crate::sink::SinkError;
 use crate::sink::local::{RUN_REPORT, Staging};
-use crate::sink::manifest::RunManifest;
+use crate::sink::manifest::{self, RUN_MANIFEST, RunManifest, read_contracts};
+use crate::sink::object::{Head, Publish, ScratchRoot, read_head, scratch_root};
+use crate::store::{ObjectUrl, StoreError, Target, io_runtime};
 
 /// A data file of a table's version: its path in the table, its size, and its `remove` action.
 type LiveFile = (String, u64, deltalake::kernel::Remove);
@@ -55,42 +69,203 @@ pub struct Vacuumed {
     pub files: Vec<String>,
 }
 
-/// The output at `out`, locked, with its run manifest: a Delta output or an error.
-fn open_output(out: &Path) -> Result<(Staging, RunManifest), SinkError> {
-    let text = out.to_string_lossy();
-    if crate::store::ObjectUrl::parse(&text).is_some() {
-        return Err(DeltaError::MaintainObjectStore { url: text.into_owned() }.into());
-    }
-    if !out.join(RUN_REPORT).is_file() {
-        return Err(DeltaError::NotADeltaOutput { path: out.display().to_string() }.into());
-    }
-    let staging = Staging::create(out, false)?;
-    let manifest = RunManifest::read(out)?;
-    if !is_delta_output(&manifest) {
-        return Err(DeltaError::NotADeltaOutput { path: out.display().to_string() }.into());
-    }
-    Ok((staging, manifest))
+/// The operations a commit after the version `_etl/run.json` names may have made: maintenance,
+/// which changes no row.
+const MAINTENANCE: [&str; 3] = ["OPTIMIZE", "VACUUM START", "VACUUM END"];
+
+/// A Delta output opened for maintenance.
+enum Output {
+    /// A folder, locked while it is maintained.
+    Dir { out: PathBuf, staging: Staging },
+    /// A prefix: `_etl/run.json` as read (a new one is conditional on it), and a scratch folder
+    /// for the files downloaded and written.
+    Object { store: Arc<dyn ObjectStore>, url: ObjectUrl, head: Head, root: ScratchRoot },
 }
 
-/// Compacts, in each Delta table `out`'s run manifest lists, the data files smaller than
-/// `target_bytes` into files of about `target_bytes` (files are grouped by their exact schema,
-/// so a file written before a column was added is compacted only with its like), one commit per
-/// table that has two or more such files; then publishes `_etl/run.json` naming the new versions.
-pub fn optimize(out: &Path, target_bytes: u64, props: &WriterProperties) -> Result<Vec<Optimized>, SinkError> {
-    let (staging, mut manifest) = open_output(out)?;
-    let tag = format!(
-        "{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
-    );
-    let mut done = Vec::new();
-    for t in &mut manifest.tables {
-        let dir = out.join(&t.name);
-        if !is_delta_table(&dir) {
+impl Output {
+    /// The Delta output at `target`, with its run manifest; anything else is an error.
+    fn open(target: &Target, aws: &AwsOptions) -> Result<(Output, RunManifest), SinkError> {
+        let not_delta = || SinkError::from(DeltaError::NotADeltaOutput { path: target.to_string() });
+        match target {
+            Target::Path(out) => {
+                if !out.join(RUN_REPORT).is_file() {
+                    return Err(not_delta());
+                }
+                let staging = Staging::create(out, false)?;
+                let manifest = RunManifest::read(out)?;
+                if !is_delta_output(&manifest) {
+                    return Err(not_delta());
+                }
+                Ok((Output::Dir { out: out.clone(), staging }, manifest))
+            }
+            Target::Object(url) => {
+                let (store, head) = io_runtime().block_on(async {
+                    let store: Arc<dyn ObjectStore> = crate::store::open(url, aws).await?;
+                    let head = read_head(&store, url, &format!("{}{RUN_MANIFEST}", url.dir_prefix())).await?;
+                    Ok::<_, SinkError>((store, head))
+                })?;
+                let Some(head) = head else { return Err(not_delta()) };
+                let manifest = match head.manifest.as_deref() {
+                    Some(m) if is_delta_output(m) => m.clone(),
+                    _ => return Err(not_delta()),
+                };
+                let root = scratch_root()?;
+                fs::create_dir_all(&root.dir).map_err(SinkError::io("create", &root.dir))?;
+                Ok((Output::Object { store, url: url.clone(), head, root }, manifest))
+            }
+        }
+    }
+
+    /// The output's folder or prefix; a table is its [`Home::join`].
+    fn home(&self) -> Home {
+        match self {
+            Output::Dir { out, .. } => Home::Dir(out.clone()),
+            Output::Object { store, url, .. } => Home::Object { store: store.clone(), url: url.clone() },
+        }
+    }
+
+    /// Where files are downloaded and written before they are uploaded (object stores).
+    fn scratch(&self) -> &Path {
+        match self {
+            Output::Dir { staging, .. } => staging.path(),
+            Output::Object { root, .. } => &root.dir,
+        }
+    }
+
+    /// The names of the output's Delta tables (those `_etl/run.json` lists and those it no longer
+    /// lists), sorted.
+    fn table_names(&self) -> Result<Vec<String>, SinkError> {
+        let candidates: Vec<String> = match self {
+            Output::Dir { out, .. } => {
+                let mut names = Vec::new();
+                for e in fs::read_dir(out).map_err(SinkError::io("read", out))? {
+                    let e = e.map_err(SinkError::io("read", out))?;
+                    names.push(e.file_name().to_string_lossy().into_owned());
+                }
+                names
+            }
+            Output::Object { store, url, .. } => {
+                let prefix = url.dir_prefix();
+                let listed = io_runtime()
+                    .block_on(store.list_with_delimiter(Some(&ObjPath::from(prefix.as_str()))))
+                    .map_err(|e| SinkError::Store(StoreError::object("list", &url.to_string(), &e)))?;
+                listed
+                    .common_prefixes
+                    .iter()
+                    .filter_map(|p| {
+                        p.as_ref().strip_prefix(prefix.as_str()).map(|n| n.trim_end_matches('/').to_owned())
+                    })
+                    .collect()
+            }
+        };
+        let home = self.home();
+        let mut tables = Vec::new();
+        for name in candidates {
+            if name.is_empty() || name.starts_with('.') || name == "_etl" {
+                continue;
+            }
+            if io_runtime().block_on(home.join(&name).is_table()).map_err(SinkError::Store)? {
+                tables.push(name);
+            }
+        }
+        tables.sort();
+        Ok(tables)
+    }
+
+    /// Publishes `manifest` as the output's `_etl/run.json` (and its state as `_etl/state.json`);
+    /// the tables' contracts do not change. On an object store, conditionally on the head read.
+    fn publish(self, manifest: &mut RunManifest, aws: &AwsOptions) -> Result<(), SinkError> {
+        match self {
+            Output::Dir { out, staging } => super::publish_manifest(staging.path(), &out, manifest, &[]),
+            Output::Object { store, url, head, root } => {
+                // The committed run's contracts, uploaded again under this run.
+                let schemas = read_contracts(&Target::Object(url.clone()), aws)?.unwrap_or_default();
+                let staging = root.dir.join("publish");
+                manifest::write(&staging, manifest, &schemas)
+                    .map_err(SinkError::io("write the run manifest in", &staging))?;
+                io_runtime().block_on(async {
+                    let mut publish = Publish::begin_on(store.clone(), &url, true, Some(head)).await?;
+                    let copies = publish.copies(&staging);
+                    publish.send(copies).await?;
+                    publish.commit(manifest).await.map_err(|e| match e {
+                        SinkError::Conflict { url, winner, .. } => {
+                            SinkError::from(DeltaError::MaintainConflict { url, winner })
+                        }
+                        other => other,
+                    })?;
+                    if let Err(e) = publish.cleanup().await {
+                        let w = format!(
+                            "published; removing objects of older runs failed ({e}); the next run removes them"
+                        );
+                        tracing::warn!("{w}");
+                        manifest.warnings.push(w);
+                    }
+                    Ok(())
+                })
+            }
+        }
+    }
+}
+
+/// Refuses a table whose log has commits after the version `named` (the one `_etl/run.json`
+/// names) that change rows: an apply that is still running, or stopped before it published.
+/// Compacting past it would publish its rows under the previous run's state.
+async fn refuse_unpublished(table: &str, home: &Home, named: u64, latest: u64) -> Result<(), SinkError> {
+    for v in named + 1..=latest {
+        let rel = format!("{}/{v:020}.json", super::DELTA_LOG);
+        let Some(bytes) = home.read(&rel).await? else { continue };
+        let operation = String::from_utf8_lossy(&bytes).lines().find_map(|line| {
+            let action: serde_json::Value = serde_json::from_str(line).ok()?;
+            Some(action.get("commitInfo")?.get("operation")?.as_str()?.to_owned())
+        });
+        if !operation.as_deref().is_some_and(|op| MAINTENANCE.contains(&op)) {
+            return Err(DeltaError::Unpublished {
+                table: table.to_owned(),
+                path: home.shown(),
+                named,
+                version: v,
+                operation: operation.unwrap_or_else(|| "unknown".into()),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Compacts, in each Delta table the run manifest of the output at `target` lists, the data
+/// files smaller than `target_bytes` into files of about `target_bytes` (files are grouped by
+/// their exact schema, so a file written before a column was added is compacted only with its
+/// like), one commit per table that has two or more such files; then publishes `_etl/run.json`
+/// naming the new versions.
+pub fn optimize(
+    target: &Target,
+    aws: &AwsOptions,
+    target_bytes: u64,
+    props: &WriterProperties,
+) -> Result<Vec<Optimized>, SinkError> {
+    let (output, mut manifest) = Output::open(target, aws)?;
+    let root = output.home();
+    let scratch = output.scratch().to_owned();
+    let tag = super::run_tag();
+    // Every table is checked before any is compacted: a refusal leaves the output as it was.
+    let mut opened = Vec::with_capacity(manifest.tables.len());
+    for t in &manifest.tables {
+        let home = root.join(&t.name);
+        if !io_runtime().block_on(home.is_table()).map_err(SinkError::Store)? {
+            opened.push(None);
             continue;
         }
-        let fail = delta_err(&t.name, &dir.display().to_string());
-        let handle = open_latest(&dir).map_err(&fail)?;
+        let handle = io_runtime().block_on(home.open(None)).map_err(delta_err(&t.name, &home.shown()))?;
+        let latest = handle.version().unwrap_or_default();
+        if let Some(named) = t.delta_version.filter(|named| *named < latest) {
+            io_runtime().block_on(refuse_unpublished(&t.name, &home, named, latest))?;
+        }
+        opened.push(Some((home, handle)));
+    }
+    let mut done = Vec::new();
+    for (t, opened) in manifest.tables.iter_mut().zip(opened) {
+        let Some((home, handle)) = opened else { continue };
+        let fail = delta_err(&t.name, &home.shown());
         let snapshot = handle.snapshot().map_err(&fail)?;
         let from_version = snapshot.version();
         let files: Vec<LiveFile> = snapshot
@@ -98,26 +273,33 @@ pub fn optimize(out: &Path, target_bytes: u64, props: &WriterProperties) -> Resu
             .iter()
             .map(|f| (f.path().into_owned(), f.size().max(0) as u64, f.remove_action(false)))
             .collect();
-        // Small files, grouped by their exact schema (in the order the log lists them).
-        let mut groups: Vec<(SchemaRef, Vec<LiveFile>)> = Vec::new();
-        for (rel, size, remove) in files.iter().cloned() {
-            if size >= target_bytes {
-                continue;
-            }
-            let path = dir.join(&rel);
-            let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
-            let schema =
-                ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(&t.name, &path))?.schema().clone();
-            match groups.iter_mut().find(|(s, _)| *s == schema) {
-                Some((_, g)) => g.push((rel, size, remove)),
-                None => groups.push((schema, vec![(rel, size, remove)])),
+        // Small files, each with a local copy (in a folder, the file itself), grouped by their
+        // exact schema (in the order the log lists them). One small file alone stays as it is.
+        let mut groups: Vec<(SchemaRef, Vec<(LiveFile, PathBuf)>)> = Vec::new();
+        let mut copies = Vec::new();
+        if files.iter().filter(|(_, size, _)| *size < target_bytes).count() > 1 {
+            for (rel, size, remove) in files.iter().cloned() {
+                if size >= target_bytes {
+                    continue;
+                }
+                let path = home.local_copy(&rel, &scratch)?;
+                copies.push(path.clone());
+                let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
+                let schema =
+                    ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(&t.name, &path))?.schema().clone();
+                match groups.iter_mut().find(|(s, _)| *s == schema) {
+                    Some((_, g)) => g.push(((rel, size, remove), path)),
+                    None => groups.push((schema, vec![((rel, size, remove), path)])),
+                }
             }
         }
-        // The schema `etl sql` shows for the table (its run's first file) stays first.
-        let shown: Option<SchemaRef> = t.files.first().and_then(|f| {
-            let file = fs::File::open(out.join(&f.path)).ok()?;
-            Some(ParquetRecordBatchReaderBuilder::try_new(file).ok()?.schema().clone())
-        });
+        // The schema `etl sql` shows for the table is its run's first file's: when that file is
+        // compacted, its group's file comes first among those added (when it is not, it stays).
+        let first = t.files.first().map(|f| f.path.clone());
+        let shown: Option<SchemaRef> = groups
+            .iter()
+            .find(|(_, g)| g.iter().any(|((rel, _, _), _)| first.as_deref() == Some(&format!("{}/{rel}", t.name))))
+            .map(|(s, _)| s.clone());
         groups.sort_by_key(|(s, _)| Some(s) != shown.as_ref());
         let mut report = Optimized {
             table: t.name.clone(),
@@ -135,10 +317,10 @@ pub fn optimize(out: &Path, target_bytes: u64, props: &WriterProperties) -> Resu
         let mut n = 0usize;
         for (schema, group) in groups.into_iter().filter(|(_, g)| g.len() > 1) {
             let mut out_file: Option<(NewFile, u64)> = None;
-            for (rel, size, remove) in group {
+            for ((rel, size, remove), path) in group {
                 // A new file when this one would take the current one past the target.
                 if let Some((f, _)) = out_file.take_if(|(_, bytes)| *bytes + size > target_bytes)
-                    && let Some((add, r)) = f.finish(&t.name)?
+                    && let Some((add, r)) = f.finish_into(&home, &t.name)?
                 {
                     actions.push(no_data_change(add));
                     added.push(r);
@@ -146,10 +328,10 @@ pub fn optimize(out: &Path, target_bytes: u64, props: &WriterProperties) -> Resu
                 if out_file.is_none() {
                     let name = format!("part-o{n:05}-{tag}.parquet");
                     n += 1;
-                    out_file = Some((NewFile::create(&dir, name, schema.clone(), props, &t.name)?, 0));
+                    let dir = home.write_dir(&scratch);
+                    out_file = Some((NewFile::create(dir, name, schema.clone(), props, &t.name)?, 0));
                 }
                 let Some((f, bytes)) = out_file.as_mut() else { continue };
-                let path = dir.join(&rel);
                 let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
                 let reader = ParquetRecordBatchReaderBuilder::try_new(file)
                     .map_err(part_err(&t.name, &path))?
@@ -166,17 +348,20 @@ pub fn optimize(out: &Path, target_bytes: u64, props: &WriterProperties) -> Resu
                 actions.push(Action::Remove(remove));
             }
             if let Some((f, _)) = out_file
-                && let Some((add, r)) = f.finish(&t.name)?
+                && let Some((add, r)) = f.finish_into(&home, &t.name)?
             {
                 actions.push(no_data_change(add));
                 added.push(r);
             }
         }
+        for c in &copies {
+            home.done_with(c);
+        }
         if report.files_removed > 0 {
-            sync(&dir)?;
+            home.settle()?;
             let operation = DeltaOperation::Optimize { predicate: None, target_size: target_bytes as i64 };
             let log_store = handle.log_store();
-            let committed = crate::store::io_runtime()
+            let committed = io_runtime()
                 .block_on(async {
                     CommitBuilder::from(CommitProperties::default())
                         .with_actions(actions)
@@ -195,13 +380,13 @@ pub fn optimize(out: &Path, target_bytes: u64, props: &WriterProperties) -> Resu
             t.files.extend(added);
         }
         // The table's latest version, compacted now or by an earlier optimize that stopped
-        // before publishing `_etl/run.json` (the tables are etl's own: their commits after the
-        // last run change no data).
+        // before publishing `_etl/run.json` (its commits after the run's version change no rows:
+        // `refuse_unpublished`).
         t.delta_version = Some(report.version.unwrap_or(from_version));
         done.push(report);
     }
-    publish(out, &staging, &mut manifest)?;
-    drop(staging);
+    record_maintenance(&mut manifest);
+    output.publish(&mut manifest, aws)?;
     Ok(done)
 }
 
@@ -213,9 +398,8 @@ fn no_data_change(mut action: Action) -> Action {
     action
 }
 
-/// Publishes `manifest` as the output's `_etl/run.json` (and its state as `_etl/state.json`),
-/// with a history entry for the versions it names when they moved.
-fn publish(out: &Path, staging: &Staging, manifest: &mut RunManifest) -> Result<(), SinkError> {
+/// A history entry for the versions `manifest` names when they moved, and the state's copy.
+fn record_maintenance(manifest: &mut RunManifest) {
     let versions: BTreeMap<String, u64> =
         manifest.tables.iter().filter_map(|t| Some((t.name.clone(), t.delta_version?))).collect();
     if let Some(last) = manifest.delta_history.last()
@@ -234,8 +418,6 @@ fn publish(out: &Path, staging: &Staging, manifest: &mut RunManifest) -> Result<
     if let Some(state) = &mut manifest.state {
         state.delta_versions = versions;
     }
-    // The tables' contracts do not change: run.json and the state only.
-    super::publish_manifest(staging.path(), out, manifest, &[])
 }
 
 /// Deletes `files` (as deltalake's vacuum plan names them in the table's store) and records one
@@ -245,10 +427,9 @@ fn delete_and_commit(handle: &deltalake::DeltaTable, files: &[String]) -> Result
     use futures::{StreamExt as _, TryStreamExt as _};
     let log_store = handle.log_store();
     let snapshot = handle.snapshot()?;
-    crate::store::io_runtime().block_on(async {
+    io_runtime().block_on(async {
         let store = log_store.object_store(None);
-        let owned: Vec<object_store::path::Path> =
-            files.iter().map(|f| object_store::path::Path::from(f.as_str())).collect();
+        let owned: Vec<ObjPath> = files.iter().map(|f| ObjPath::from(f.as_str())).collect();
         let paths = futures::stream::iter(owned.into_iter().map(Ok)).boxed();
         let deleted: Vec<String> = store
             .delete_stream(paths)
@@ -270,34 +451,41 @@ fn delete_and_commit(handle: &deltalake::DeltaTable, files: &[String]) -> Result
     })
 }
 
-/// Deletes, in every Delta table of the output at `out` (those `_etl/run.json` lists and those
+/// Deletes, in every Delta table of the output at `target` (those `_etl/run.json` lists and those
 /// it no longer lists), the data files no version committed within `retain` needs; with
 /// `dry_run`, only lists them. A `retain` shorter than a table's
 /// `delta.deletedFileRetentionDuration` (one week unless set) is refused unless `allow_short`.
 pub fn vacuum(
-    out: &Path,
+    target: &Target,
+    aws: &AwsOptions,
     retain: std::time::Duration,
     dry_run: bool,
     allow_short: bool,
 ) -> Result<Vec<Vacuumed>, SinkError> {
-    let (staging, _manifest) = open_output(out)?;
-    let mut tables: Vec<String> = Vec::new();
-    for e in fs::read_dir(out).map_err(SinkError::io("read", out))? {
-        let e = e.map_err(SinkError::io("read", out))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with('.') && name != "_etl" && is_delta_table(&e.path()) {
-            tables.push(name);
-        }
-    }
-    tables.sort();
+    let (output, manifest) = Output::open(target, aws)?;
+    let root = output.home();
     let retention = chrono::Duration::from_std(retain).unwrap_or(chrono::Duration::MAX);
+    // A commit `_etl/run.json` does not name yet may have removed files its version lists:
+    // keeping only the latest version's files would take them from readers. Every table is
+    // checked before any is vacuumed.
+    let mut opened = Vec::new();
+    for name in output.table_names()? {
+        let home = root.join(&name);
+        let handle = io_runtime().block_on(home.open(None)).map_err(|source| -> SinkError {
+            DeltaError::Vacuum { table: name.clone(), path: home.shown(), source: Box::new(source) }.into()
+        })?;
+        let named = manifest.tables.iter().find(|t| t.name == name).and_then(|t| t.delta_version);
+        let latest = handle.version().unwrap_or_default();
+        if let Some(named) = named.filter(|named| *named < latest) {
+            io_runtime().block_on(refuse_unpublished(&name, &home, named, latest))?;
+        }
+        opened.push((name, home, handle));
+    }
     let mut done = Vec::new();
-    for name in tables {
-        let dir = out.join(&name);
+    for (name, home, handle) in opened {
         let fail = |source: deltalake::DeltaTableError| -> SinkError {
-            DeltaError::Vacuum { table: name.clone(), path: dir.display().to_string(), source: Box::new(source) }.into()
+            DeltaError::Vacuum { table: name.clone(), path: home.shown(), source: Box::new(source) }.into()
         };
-        let handle = open_latest(&dir).map_err(fail)?;
         // deltalake decides what to delete (its dry run); etl deletes it and records one
         // `VACUUM END` commit, where deltalake's own vacuum records a START and an END commit.
         let builder = handle
@@ -306,19 +494,26 @@ pub fn vacuum(
             .with_enforce_retention_duration(!allow_short)
             .with_mode(VacuumMode::Full)
             .with_dry_run(true);
-        let (handle, metrics) = crate::store::io_runtime().block_on(async { builder.await }).map_err(fail)?;
+        let (handle, metrics) = io_runtime().block_on(async { builder.await }).map_err(fail)?;
         if !dry_run && !metrics.files_deleted.is_empty() {
             delete_and_commit(&handle, &metrics.files_deleted).map_err(fail)?;
         }
-        let prefix = format!("{}/", dir.display());
+        // deltalake names files by their path in the table's store: a folder's full path, or the
+        // key below the table's prefix. Shown relative to the table.
+        let prefix = match &home {
+            Home::Dir(d) => format!("{}/", d.display()),
+            Home::Object { url, .. } => url.dir_prefix(),
+        };
         let mut files: Vec<String> = metrics
             .files_deleted
             .iter()
             .map(|f| {
-                // deltalake names files by their path in the store; shown relative to the table.
                 let f = f.trim_start_matches('/');
                 let full = format!("/{f}");
-                full.strip_prefix(&prefix).map(str::to_owned).unwrap_or_else(|| f.to_owned())
+                full.strip_prefix(&prefix)
+                    .or_else(|| f.strip_prefix(&prefix))
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| f.to_owned())
             })
             .collect();
         files.sort();
@@ -327,7 +522,7 @@ pub fn vacuum(
         }
         done.push(Vacuumed { table: name, files });
     }
-    drop(staging);
+    drop(output);
     Ok(done)
 }
 
@@ -347,7 +542,42 @@ mod tests {
     #[test]
     fn a_parquet_output_is_not_maintained() {
         let tmp = tempfile::tempdir().unwrap();
-        let e = optimize(tmp.path(), 1, &crate::sink::parquet::writer_properties(1024)).unwrap_err();
+        let target = Target::Path(tmp.path().to_owned());
+        let props = crate::sink::parquet::writer_properties(1024);
+        let e = optimize(&target, &AwsOptions::default(), 1, &props).unwrap_err();
         assert!(matches!(e, SinkError::Delta(DeltaError::NotADeltaOutput { .. })), "{e}");
+    }
+
+    #[test]
+    fn a_prefix_without_a_delta_output_is_not_maintained() {
+        let url =
+            ObjectUrl { scheme: crate::store::Scheme::Memory, bucket: "maintain-none".into(), key: "lake/".into() };
+        let _store = crate::store::memory::store("maintain-none");
+        let e =
+            vacuum(&Target::Object(url), &AwsOptions::default(), std::time::Duration::ZERO, true, true).unwrap_err();
+        assert!(matches!(e, SinkError::Delta(DeltaError::NotADeltaOutput { .. })), "{e}");
+    }
+
+    #[test]
+    fn only_maintenance_may_follow_the_published_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join(super::super::DELTA_LOG);
+        fs::create_dir_all(&log).unwrap();
+        let commit = |v: u64, op: &str| {
+            let line = serde_json::json!({ "commitInfo": { "operation": op } });
+            fs::write(log.join(format!("{v:020}.json")), format!("{line}\n")).unwrap();
+        };
+        commit(3, "OPTIMIZE");
+        commit(4, "VACUUM END");
+        commit(5, "MERGE");
+        let home = Home::Dir(tmp.path().to_owned());
+        io_runtime().block_on(refuse_unpublished("t", &home, 2, 4)).unwrap();
+        let e = io_runtime().block_on(refuse_unpublished("t", &home, 2, 5)).unwrap_err();
+        match e {
+            SinkError::Delta(DeltaError::Unpublished { version, operation, named, .. }) => {
+                assert_eq!((version, operation.as_str(), named), (5, "MERGE", 2));
+            }
+            other => panic!("{other}"),
+        }
     }
 }

@@ -102,8 +102,17 @@ pub enum DeltaError {
     Open { table: String, path: String, version: u64, source: Box<DeltaTableError> },
     #[error("`{path}` is not a Delta output of etl (no `_etl/run.json` listing Delta tables)")]
     NotADeltaOutput { path: String },
-    #[error("`etl delta optimize` and `etl delta vacuum` maintain local Delta outputs, not `{url}` yet")]
-    MaintainObjectStore { url: String },
+    /// Another run published the output (`_etl/run.json`) while `etl delta optimize` compacted
+    /// it (object stores; a folder is locked).
+    #[error(
+        "`{url}` was published by another run ({winner}) while `etl delta optimize` was compacting it; the compacted versions are committed, and the output readers see is that run's"
+    )]
+    MaintainConflict { url: String, winner: String },
+    /// A table has commits that change rows after the version `_etl/run.json` names.
+    #[error(
+        "Delta table `{table}` at `{path}` has a commit after the version `_etl/run.json` names ({named}): version {version}, a `{operation}`, from a run that is still applying exports or stopped before it published"
+    )]
+    Unpublished { table: String, path: String, named: u64, version: u64, operation: String },
     #[error("vacuuming Delta table `{table}` at `{path}`: {source}")]
     Vacuum { table: String, path: String, source: Box<DeltaTableError> },
 }
@@ -127,8 +136,11 @@ impl DeltaError {
             DeltaError::Vacuum { .. } => Some(
                 "`--retain` must be at least the table's `delta.deletedFileRetentionDuration` (168h unless set); `--allow-short-retention` goes below it when no reader reads an older version",
             ),
-            DeltaError::MaintainObjectStore { .. } => Some(
-                "the tables stay correct without them: a MERGE's removed files stay on the object store (time travel reads them) until a vacuum, which etl does not run there yet",
+            DeltaError::MaintainConflict { .. } => {
+                Some("run `etl delta optimize` again once the other run has finished; it compacts what is left")
+            }
+            DeltaError::Unpublished { .. } => Some(
+                "let that run finish, or run the same `etl unwind … --format delta` again to complete it, then maintain the output",
             ),
             DeltaError::Commit { .. } | DeltaError::Open { .. } => None,
         }
@@ -174,11 +186,6 @@ pub(super) fn run_tag() -> String {
 /// Whether a run manifest is that of a Delta output (its tables record Delta versions).
 pub fn is_delta_output(m: &RunManifest) -> bool {
     !m.tables.is_empty() && m.tables.iter().all(|t| t.delta_version.is_some())
-}
-
-/// Whether `dir` is a Delta table (it has a `_delta_log/` folder).
-pub fn is_delta_table(dir: &Path) -> bool {
-    dir.join(DELTA_LOG).is_dir()
 }
 
 /// The Delta schema of an Arrow schema, field metadata (e.g. `dynamodb.type`) included.
@@ -602,14 +609,6 @@ pub(super) fn publish_manifest(
     fs::rename(&from, target.join(RUN_REPORT)).map_err(SinkError::io("publish", &from))?;
     sync(&schema_dir)?;
     sync(&target.join("_etl"))
-}
-
-/// The Delta table at `dir`, at its latest version.
-fn open_latest(dir: &Path) -> Result<deltalake::DeltaTable, DeltaTableError> {
-    let abs = fs::canonicalize(dir).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
-    let url = url::Url::from_directory_path(&abs)
-        .map_err(|()| DeltaTableError::Generic(format!("`{}` has no file URL", abs.display())))?;
-    crate::store::io_runtime().block_on(deltalake::open_table(url))
 }
 
 /// The version of the last etl `txn` committed to `table`.
