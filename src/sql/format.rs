@@ -57,6 +57,11 @@ pub fn write_result(
     format: OutputFormat,
     out: &mut (dyn Write + Send),
 ) -> Result<(), FormatError> {
+    // A statement without a result set (`SET`, `CREATE VIEW`, … under `--allow-write`) prints
+    // nothing: there is no table to print, not even an empty one.
+    if result.schema.fields().is_empty() {
+        return Ok(());
+    }
     let empty;
     let batches: &[RecordBatch] = if result.batches.is_empty() {
         empty = [RecordBatch::new_empty(result.schema.clone())];

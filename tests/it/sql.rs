@@ -514,6 +514,31 @@ fn writes_are_refused_by_default() {
     let r = sql(&[&format!("COPY (SELECT 1 AS x) TO '{t}.parquet'"), "--allow-write"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(tmp.path().join("written.parquet").exists());
+    // Statements without a result set print nothing and do not stop the file: a setting and a
+    // view, then a query over the view (CSV and NDJSON).
+    let file = tmp.path().join("statements.sql");
+    std::fs::write(
+        &file,
+        "SET datafusion.execution.batch_size = 7;\nCREATE VIEW n AS SELECT count(*) AS users FROM \"user\";\n\
+         SELECT users, (SELECT value FROM information_schema.df_settings \
+         WHERE name = 'datafusion.execution.batch_size') AS batch FROM n;\n",
+    )
+    .unwrap();
+    let users = sql(&["SELECT count(*) FROM \"user\"", "--format", "csv"]).stdout;
+    let users = users.lines().nth(1).unwrap().to_owned();
+    for (format, want) in
+        [("csv", format!("users,batch\n{users},7\n")), ("ndjson", format!("{{\"users\":{users},\"batch\":\"7\"}}\n"))]
+    {
+        let r = sql(&["--allow-write", "-f", file.to_str().unwrap(), "--format", format]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(r.stdout, want, "{format}");
+        assert_eq!(
+            r.stderr.lines().filter(|l| l.contains(" rows in ")).count(),
+            3,
+            "a line per statement: {}",
+            r.stderr
+        );
+    }
 }
 
 #[test]
