@@ -39,6 +39,27 @@ fn tables_of(reference: &Path) -> Vec<String> {
     run_report(reference)["tables"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
 }
 
+/// The sample chain on moto, its full export and first incremental export applied one at a time
+/// into `s3://BUCKET/PREFIX` as Delta tables; returns the case and the output's URL.
+fn delta_after_first_increment(m: &Moto, tag: &str, prefix: &str) -> (Case, String) {
+    let c = Case::new(m, tag);
+    let out = c.out_url(prefix);
+    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out, "--format", "delta"], 0);
+    etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out, "--format", "delta"], 0);
+    (c, out)
+}
+
+/// An apply of `export` onto the Delta tables at `out`, killed (`kill -9`) right after its
+/// first table commit.
+fn apply_killed_after_first_commit(m: &Moto, export: &str, out: &str) {
+    let kill = [("ETL_TEST_KILL_AT", "delta-table-committed")];
+    let (r, _) = crate::aws::run_limited(
+        crate::aws::etl_cmd(m, &["unwind", "-q", export, "--out", out, "--format", "delta"], Endpoint::Env, &kill),
+        std::time::Duration::from_secs(300),
+    );
+    assert_ne!(r.code, 0, "the run was killed: {}", r.stderr);
+}
+
 #[test]
 fn a_chain_applied_onto_s3_delta_tables_equals_the_local_chain_at_every_version() {
     let Some(m) = moto() else { return };
@@ -126,17 +147,9 @@ fn a_chain_applied_onto_s3_delta_tables_equals_the_local_chain_at_every_version(
 #[test]
 fn optimize_and_vacuum_maintain_s3_delta_tables() {
     let Some(m) = moto() else { return };
-    let c = Case::new(m, "delta-maint");
-    let out = c.out_url("m/");
-    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out, "--format", "delta"], 0);
-    etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out, "--format", "delta"], 0);
+    let (c, out) = delta_after_first_increment(m, "delta-maint", "m/");
     let inc2 = c.export_url(&c.incs[1]);
-    let kill = [("ETL_TEST_KILL_AT", "delta-table-committed")];
-    let (r, _) = crate::aws::run_limited(
-        crate::aws::etl_cmd(m, &["unwind", "-q", &inc2, "--out", &out, "--format", "delta"], Endpoint::Env, &kill),
-        std::time::Duration::from_secs(300),
-    );
-    assert_ne!(r.code, 0, "the run was killed: {}", r.stderr);
+    apply_killed_after_first_commit(m, &inc2, &out);
     let keys = s3_keys(m, &c.bucket, "m/");
     let r = etl_aws(m, &["delta", "optimize", &out], 2);
     assert!(r.stderr.contains("has a commit after the version") && r.stderr.contains("hint:"), "{}", r.stderr);
@@ -227,10 +240,7 @@ fn optimize_and_vacuum_maintain_s3_delta_tables() {
 #[test]
 fn two_delta_applies_racing_on_s3_write_every_row_once() {
     let Some(m) = moto() else { return };
-    let c = Case::new(m, "delta-race");
-    let out = c.out_url("race/");
-    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out, "--format", "delta"], 0);
-    etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out, "--format", "delta"], 0);
+    let (c, out) = delta_after_first_increment(m, "delta-race", "race/");
 
     let tmp = tempfile::tempdir().unwrap();
     let go = tmp.path().join("go");
@@ -265,21 +275,13 @@ fn two_delta_applies_racing_on_s3_write_every_row_once() {
 #[test]
 fn kill_9_between_s3_delta_table_commits_completes_on_rerun() {
     let Some(m) = moto() else { return };
-    let c = Case::new(m, "delta-kill");
-    let out = c.out_url("k/");
-    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out, "--format", "delta"], 0);
-    etl_aws(m, &["unwind", &c.export_url(&c.incs[0]), "--out", &out, "--format", "delta"], 0);
+    let (c, out) = delta_after_first_increment(m, "delta-kill", "k/");
     let before = s3_get(m, &c.bucket, "k/_etl/run.json");
     let tables = tables_of(&c.reference);
     let rows_before = sql_rows(m, &out, &tables);
 
     let inc2 = c.export_url(&c.incs[1]);
-    let kill = [("ETL_TEST_KILL_AT", "delta-table-committed")];
-    let (r, _) = crate::aws::run_limited(
-        crate::aws::etl_cmd(m, &["unwind", "-q", &inc2, "--out", &out, "--format", "delta"], Endpoint::Env, &kill),
-        std::time::Duration::from_secs(300),
-    );
-    assert_ne!(r.code, 0, "the run was killed: {}", r.stderr);
+    apply_killed_after_first_commit(m, &inc2, &out);
     assert!(s3_get(m, &c.bucket, "k/_etl/run.json") == before, "nothing was published");
     assert_eq!(sql_rows(m, &out, &tables), rows_before, "readers see the previous run, whole");
 
