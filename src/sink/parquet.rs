@@ -29,6 +29,29 @@ pub fn writer_properties(max_row_group_rows: usize) -> WriterProperties {
         .build()
 }
 
+/// Rows handed to parquet's writer in one call. For a decimal column, parquet copies a call's
+/// values into one buffer and cuts the values from it; the column chunk's min and max
+/// statistics keep two of those values, and with them the whole buffer, until the file closes.
+/// A row group passed whole kept about 1.3 MB a row group alive (peak RSS 340 MiB at 8M items
+/// against 187 MiB at 1M); in slices of this many rows the buffers kept are 16 times smaller.
+pub const WRITE_SLICE_ROWS: usize = 8192;
+
+/// Writes `batch` into `writer`'s current row group in slices of [`WRITE_SLICE_ROWS`] rows
+/// (zero-copy views of the batch).
+pub fn write_sliced<W: std::io::Write + Send>(
+    writer: &mut ArrowWriter<W>,
+    batch: &RecordBatch,
+) -> Result<(), datafusion::parquet::errors::ParquetError> {
+    let rows = batch.num_rows();
+    let mut start = 0;
+    while start < rows {
+        let len = WRITE_SLICE_ROWS.min(rows - start);
+        writer.write(&batch.slice(start, len))?;
+        start += len;
+    }
+    Ok(())
+}
+
 /// Where row groups are cut: after this many rows or this many bytes of row data, whichever
 /// comes first. The byte bound keeps a writer's memory bounded whatever the row width.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +131,7 @@ impl PartWriter {
         }
         let parquet =
             |source| SinkError::Part { table: self.table.clone(), path: self.path.display().to_string(), source };
-        self.writer.write(batch).map_err(parquet)?;
+        write_sliced(&mut self.writer, batch).map_err(parquet)?;
         self.writer.flush().map_err(parquet)?;
         self.rows += batch.num_rows() as u64;
         self.row_groups += 1;

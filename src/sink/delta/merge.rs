@@ -272,7 +272,7 @@ impl NewFile {
 
     pub(super) fn write(&mut self, batch: &RecordBatch, table: &str) -> Result<(), SinkError> {
         if batch.num_rows() > 0 {
-            self.writer.write(batch).map_err(part_err(table, &self.path))?;
+            crate::sink::parquet::write_sliced(&mut self.writer, batch).map_err(part_err(table, &self.path))?;
             self.rows += batch.num_rows() as u64;
         }
         Ok(())
