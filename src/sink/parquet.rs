@@ -161,6 +161,55 @@ mod tests {
         assert_eq!(part_path("user", 3), "user/part-00003.parquet");
     }
 
+    /// A row group larger than a write slice is one row group of every row, values and types
+    /// exact, and the chunk's statistics are the extremes of all slices.
+    #[test]
+    fn a_row_group_written_in_slices_is_one_row_group_of_every_row() {
+        use datafusion::arrow::array::{Array, Decimal128Array, StringArray};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use datafusion::parquet::file::statistics::Statistics;
+        use std::sync::Arc;
+
+        let rows = 2 * WRITE_SLICE_ROWS + 123;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("price", DataType::Decimal128(38, 2), true),
+            Field::new("sku", DataType::Utf8, false),
+        ]));
+        // The extremes sit in the first and the last slice.
+        let prices: Decimal128Array = (0..rows)
+            .map(|i| if i % 7 == 0 { None } else { Some((i as i128 * 7_919) % 100_003 - 50_000) })
+            .chain([Some(-10i128.pow(37)), Some(10i128.pow(37))])
+            .collect::<Decimal128Array>()
+            .with_precision_and_scale(38, 2)
+            .unwrap();
+        let skus = StringArray::from_iter_values((0..rows + 2).map(|i| format!("SKU-{i:06}")));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(prices), Arc::new(skus)]).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let mut part = PartWriter::create(tmp.path(), "t", 0, schema, &writer_properties(1 << 20)).unwrap();
+        part.write_row_group(&batch).unwrap();
+        let report = part.close().unwrap();
+        assert_eq!((report.rows, report.row_groups), ((rows + 2) as u64, 1));
+
+        let file = File::open(tmp.path().join(&report.path)).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        let meta = reader.metadata().clone();
+        assert_eq!(meta.num_row_groups(), 1);
+        match meta.row_group(0).column(0).statistics() {
+            Some(Statistics::FixedLenByteArray(v)) => {
+                let be = |x: i128| x.to_be_bytes().to_vec();
+                assert_eq!(v.min_opt().map(|m| m.data().to_vec()), Some(be(-10i128.pow(37))));
+                assert_eq!(v.max_opt().map(|m| m.data().to_vec()), Some(be(10i128.pow(37))));
+                assert_eq!(v.null_count_opt(), Some(rows.div_ceil(7) as u64));
+            }
+            other => panic!("decimal statistics: {other:?}"),
+        }
+        let read: Vec<RecordBatch> = reader.build().unwrap().collect::<Result<_, _>>().unwrap();
+        let read = datafusion::arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
+        assert_eq!(read, batch);
+        assert_eq!(read.column(0).null_count(), rows.div_ceil(7));
+    }
+
     #[test]
     fn row_groups_cut_by_rows_or_bytes() {
         let g = RowGroups { rows: 10, bytes: 100 };
