@@ -104,7 +104,11 @@ pub fn cuts(sizes: &[u64], n: u32) -> Vec<usize> {
     for k in 1..n {
         // Compare offsets scaled by n, so that no division rounds.
         let goal = total * k;
-        while at < sizes.len() && (prefix[at + 1] * n).abs_diff(goal) < (prefix[at] * n).abs_diff(goal) {
+        // An empty file ends where it starts: the cut passes over it rather than stop on the tie
+        // (an empty first file once held every cut at 0, the whole export in the last shard).
+        while at < sizes.len()
+            && (prefix[at + 1] == prefix[at] || (prefix[at + 1] * n).abs_diff(goal) < (prefix[at] * n).abs_diff(goal))
+        {
             at += 1;
         }
         out.push(at);
@@ -139,6 +143,15 @@ mod tests {
         assert_eq!(cuts(&[5, 5], 4), vec![0, 0, 1, 1, 2]);
         assert_eq!(cuts(&[], 3), vec![0, 0, 0, 0]);
         assert_eq!(cuts(&[1, 2, 3], 1), vec![0, 3]);
+        // A cut passes over empty files (AWS writes some), so they never stop it. An empty
+        // first file used to hold every cut at 0: the whole export in the last shard
+        // (`shards_partition_the_files` found it in CI).
+        assert_eq!(cuts(&[0, 10, 10], 2), vec![0, 2, 3]);
+        assert_eq!(cuts(&[10, 0, 10], 2), vec![0, 2, 3]);
+        assert_eq!(
+            cuts(&[0, 284_260, 69_112, 250_682], 17),
+            vec![0, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 4, 4, 4, 4]
+        );
     }
 
     proptest! {
