@@ -184,8 +184,9 @@ pub struct UnwindArgs {
     /// shard reads about 1/N of the bytes and writes only under `OUT/_etl/shards/`, invisible to
     /// readers; `etl commit OUT` then publishes all N shards as one run would have written the
     /// output. Run `--phase infer` for every shard first (the shards agree on the tables' types
-    /// from it), then the write phase for every shard, then the commit. `--out` must be a folder
-    /// all shards and the commit see (a shared file system for a job array).
+    /// from it), then the write phase for every shard, then the commit. `--out` is a folder all
+    /// shards and the commit see (a shared file system for a job array), or an `s3://` prefix
+    /// (Parquet only: the commit copies the shards' files server-side).
     #[arg(long, value_name = "I/N")]
     pub shard: Option<crate::source::shard::Shard>,
     /// Which phase of a `--shard` run: `infer` records what the shard's items look like, `write`
@@ -207,8 +208,9 @@ pub enum PhaseArg {
 /// `etl commit`.
 #[derive(Debug, Args)]
 pub struct CommitArgs {
-    /// The output folder the shards wrote to (`--out` of every `etl unwind … --shard I/N`).
-    #[arg(value_name = "DIR")]
+    /// The output the shards wrote to (`--out` of every `etl unwind … --shard I/N`): a folder or
+    /// an `s3://` prefix.
+    #[arg(value_name = "DIR|S3_URL")]
     pub out: String,
     #[command(flatten)]
     pub aws: aws_args::AwsArgs,
@@ -413,7 +415,7 @@ fn unwind(args: UnwindArgs, printer: &Printer) -> ExitStatus {
     finished(printer, result, &out)
 }
 
-/// `etl commit DIR`.
+/// `etl commit DIR|S3_URL`.
 fn commit(args: CommitArgs, printer: &Printer) -> ExitStatus {
     let target = match crate::store::Target::parse(&args.out) {
         Ok(t) => t,

@@ -132,14 +132,14 @@ impl Printer {
         let text = match s.run.phase {
             ShardPhase::Infer => format!(
                 "{read}; their shapes are in `{}` ({:.1} s)\nnext: `etl unwind … --shard {shard}` once every shard's `--phase infer` has finished\n",
-                s.wrote.display(),
+                s.wrote,
                 s.millis as f64 / 1000.0
             ),
             ShardPhase::Write => format!(
                 "{read}; wrote {} rows and {} rejects into `{}` ({:.1} s), not yet visible to readers\nnext: `etl commit {out}` once all {} shards have finished\n",
                 group(s.rows),
                 group(s.rejects),
-                s.wrote.display(),
+                s.wrote,
                 s.millis as f64 / 1000.0,
                 shard.count
             ),

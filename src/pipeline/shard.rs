@@ -25,7 +25,6 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,7 +39,7 @@ use crate::normalize::{MappedTables, RejectReason};
 use crate::schema::diff::OnDrift;
 use crate::sink::manifest::{EntityReport, FileReport, MappingReport, TableReport, Timings};
 use crate::sink::parquet::{part_path, writer_properties};
-use crate::sink::shard::{self as area, ShardFolder};
+use crate::sink::shard::{ShardArea, ShardPlace};
 use crate::sink::{self, Format, SinkSettings};
 use crate::source::shard::Shard;
 use crate::source::{self, Plan, SourceError};
@@ -68,8 +67,8 @@ pub struct ShardRun {
 /// Why a sharded run or a commit refused to go on. Nothing was published.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
-    #[error("`--shard` writes to a local or shared folder, not to `{target}`")]
-    ObjectTarget { target: String },
+    #[error("`--shard` with `--format delta` writes to a local or shared folder, not to `{target}`")]
+    ObjectDelta { target: String },
     #[error("`--shard` splits exports and data files; `{source_name}` cannot be split between machines")]
     NotFiles { source_name: String },
     #[error("`--shard` splits one full export or data files; incremental exports are applied by one process")]
@@ -97,8 +96,8 @@ pub enum ShardError {
 impl ShardError {
     pub fn hint(&self) -> Option<String> {
         Some(match self {
-            ShardError::ObjectTarget { .. } => {
-                "give every shard and the commit the same folder (a shared file system for a job array)".into()
+            ShardError::ObjectDelta { .. } => {
+                "shard into a folder every shard and the commit see (a shared file system for a job array), or write Parquet to `s3://`".into()
             }
             ShardError::NotFiles { .. } => "run the unwind in one process, without `--shard`".into(),
             ShardError::Chain => {
@@ -127,7 +126,7 @@ impl ShardError {
 
     /// Refusals of what is on disk (exit 1); usage errors exit 2.
     pub fn is_policy(&self) -> bool {
-        !matches!(self, ShardError::ObjectTarget { .. } | ShardError::NotFiles { .. } | ShardError::Chain)
+        !matches!(self, ShardError::ObjectDelta { .. } | ShardError::NotFiles { .. } | ShardError::Chain)
     }
 }
 
@@ -258,29 +257,24 @@ pub struct ShardSummary {
     pub items: u64,
     pub rows: u64,
     pub rejects: u64,
-    /// The shape file or the shard's folder.
-    pub wrote: PathBuf,
+    /// The shape file or the shard's folder (or key prefix), as shown to the user.
+    pub wrote: String,
     pub millis: u64,
 }
 
-fn damaged(path: &Path) -> impl FnOnce(String) -> ShardError + '_ {
-    move |message| ShardError::Damaged { path: path.display().to_string(), message }
+fn damaged(path: &str) -> impl FnOnce(String) -> ShardError + '_ {
+    move |message| ShardError::Damaged { path: path.to_owned(), message }
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, UnwindError> {
-    let bytes = std::fs::read(path).map_err(|source| UnwindError::Io {
-        action: "read",
-        path: path.display().to_string(),
-        source,
-    })?;
-    let value: T = serde_json::from_slice(&bytes).map_err(|e| damaged(path)(e.to_string()))?;
+fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8], shown: &str) -> Result<T, UnwindError> {
+    let value: T = serde_json::from_slice(bytes).map_err(|e| damaged(shown)(e.to_string()))?;
     Ok(value)
 }
 
-fn to_json<T: Serialize>(value: &T, path: &Path) -> Result<Vec<u8>, UnwindError> {
+fn to_json<T: Serialize>(value: &T, shown: &str) -> Result<Vec<u8>, UnwindError> {
     serde_json::to_vec_pretty(value).map_err(|e| UnwindError::Io {
         action: "write",
-        path: path.display().to_string(),
+        path: shown.to_owned(),
         source: std::io::Error::other(e),
     })
 }
@@ -289,23 +283,23 @@ fn list_shards(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// The output folder of a sharded run.
-fn folder_of(target: &Target) -> Result<&Path, ShardError> {
-    match target {
-        Target::Path(p) => Ok(p),
-        Target::Object(url) => Err(ShardError::ObjectTarget { target: url.to_string() }),
+/// The shards' area of a sharded run's output.
+fn area_of(target: &Target, aws: &AwsOptions, delta: bool) -> Result<ShardArea, UnwindError> {
+    if let (Target::Object(url), true) = (target, delta) {
+        return Err(ShardError::ObjectDelta { target: url.to_string() }.into());
     }
+    Ok(ShardArea::open(target, aws)?)
 }
 
 /// Runs one phase of one shard.
 pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Result<ShardSummary, UnwindError> {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let out = folder_of(&settings.target)?;
     if let Some(l) = settings.sources.iter().find(|l| matches!(l, Location::Stdin | Location::DynamoDb { .. })) {
         return Err(ShardError::NotFiles { source_name: l.to_string() }.into());
     }
-    let folder = ShardFolder::create(out, run.shard, writer_properties(settings.row_groups.rows))?;
+    let area = area_of(&settings.target, &settings.aws, settings.format == Format::Delta)?;
+    let folder = area.attempt(run.shard, writer_properties(settings.row_groups.rows))?;
     let scratch = folder.scratch().to_owned();
     let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(super::SCAN_SPOOL))?;
     if source::chain::order(&plan, true).map_err(SourceError::from)?.is_some() {
@@ -334,7 +328,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let items: u64 = read.files.iter().map(|f| f.digest.units).sum();
     let rejects: u64 = read.reject_counts.values().sum();
     let shapes: BTreeMap<String, EntityShape> = read.shapes.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-    let summary = |wrote: PathBuf, rows: u64| ShardSummary {
+    let summary = |wrote: String, rows: u64| ShardSummary {
         run,
         files: files.clone(),
         plan_files: plan.files.len(),
@@ -346,7 +340,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
         millis: started.elapsed().as_millis() as u64,
     };
 
-    let infer_path = area::infer_path(out, run.shard);
+    let infer_path = area.infer_shown(run.shard);
     if run.phase == ShardPhase::Infer {
         let file = InferFile {
             format: SHARD_FORMAT,
@@ -356,23 +350,28 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
             shapes,
             untyped: read.untyped.clone(),
         };
-        sink::shard::write_atomically(&infer_path, &to_json(&file, &infer_path)?)?;
+        area.write_infer(run.shard, &to_json(&file, &infer_path)?)?;
         progress.set_phase(super::Phase::Done);
         return Ok(summary(infer_path, 0));
     }
 
     // The write phase: this shard's shapes must be the ones its first phase recorded, and every
     // shard's must be there.
-    let (all, mine) = agreed_shapes(out, run.shard, &fingerprint)?;
+    let (all, mine) = agreed_shapes(&area, run.shard, &fingerprint)?;
     if mine.shapes != shapes || mine.untyped != read.untyped || mine.files != files {
-        return Err(ShardError::InputChanged { shard: run.shard, path: infer_path.display().to_string() }.into());
+        return Err(ShardError::InputChanged { shard: run.shard, path: infer_path }.into());
     }
     read.shapes = all.shapes.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect();
     read.untyped = all.untyped;
 
     progress.set_phase(super::Phase::Writing);
     let t_write = Instant::now();
-    let written = write::write_all(&plan, settings, mapped_tables.as_ref(), &folder, &read)?;
+    let mut written = write::write_all(&plan, settings, mapped_tables.as_ref(), &folder, &read)?;
+    // On an object store, the manifest names the attempt's files.
+    let prefix = folder.path_prefix();
+    for f in written.tables.iter_mut().flat_map(|t| t.files.iter_mut()) {
+        f.path = format!("{prefix}{}", f.path);
+    }
     let t_write = t_write.elapsed();
     let rows = written.item_rows();
     let manifest = ShardManifest {
@@ -399,8 +398,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
             keep_base: 0,
         },
     };
-    let path = area::shard_dir(out, run.shard).join(area::SHARD_MANIFEST);
-    let dir = folder.publish(&to_json(&manifest, &path)?)?;
+    let dir = folder.publish(&to_json(&manifest, "shard.json")?)?;
     progress.set_phase(super::Phase::Done);
     Ok(summary(dir, rows))
 }
@@ -411,21 +409,21 @@ struct Agreed {
     untyped: Option<EntityShape>,
 }
 
-fn agreed_shapes(out: &Path, shard: Shard, fingerprint: &str) -> Result<(Agreed, InferFile), UnwindError> {
+fn agreed_shapes(area: &ShardArea, shard: Shard, fingerprint: &str) -> Result<(Agreed, InferFile), UnwindError> {
     let mut merged: BTreeMap<String, EntityShape> = BTreeMap::new();
     let mut untyped = EntityShape::default();
     let mut mine = None;
     let mut missing = Vec::new();
     for index in 0..shard.count {
         let s = Shard { index, count: shard.count };
-        let path = area::infer_path(out, s);
-        if !path.is_file() {
+        let path = area.infer_shown(s);
+        let Some(bytes) = area.read_infer(s)? else {
             missing.push(index);
             continue;
-        }
-        let f: InferFile = read_json(&path)?;
+        };
+        let f: InferFile = parse_json(&bytes, &path)?;
         if f.format != SHARD_FORMAT || f.shard != s || f.fingerprint != fingerprint {
-            return Err(ShardError::ForeignInfer { shard, path: path.display().to_string() }.into());
+            return Err(ShardError::ForeignInfer { shard, path }.into());
         }
         for (k, v) in &f.shapes {
             merged.entry(k.clone()).or_default().merge(v);
@@ -445,7 +443,7 @@ fn agreed_shapes(out: &Path, shard: Shard, fingerprint: &str) -> Result<(Agreed,
             shard,
             missing: list_shards(&missing),
             count: shard.count,
-            dir: area::root(out).display().to_string(),
+            dir: area.root_shown(),
         }
         .into()),
     }
@@ -456,20 +454,21 @@ fn agreed_shapes(out: &Path, shard: Shard, fingerprint: &str) -> Result<(Agreed,
 /// count shard 0 ran with (the commit itself moves no data).
 pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
     let started = Instant::now();
-    let out = folder_of(target)?;
-    let shown = out.display().to_string();
-    let listing = area::list(out)?;
+    // Only Parquet shards can be on an object store: a Delta commit there is refused below.
+    let area = area_of(target, aws, false)?;
+    let shown = area.shown();
+    let listing = area.list()?;
     if listing.shards.is_empty() {
         return Err(ShardError::NoShards { out: shown }.into());
     }
-    let mut manifests: Vec<(PathBuf, ShardManifest)> = Vec::with_capacity(listing.shards.len());
-    for (_, dir) in &listing.shards {
-        let path = dir.join(area::SHARD_MANIFEST);
-        let m: ShardManifest = read_json(&path)?;
+    let mut manifests: Vec<(ShardPlace, ShardManifest)> = Vec::with_capacity(listing.shards.len());
+    for (_, place) in &listing.shards {
+        let path = area.manifest_shown(place);
+        let m: ShardManifest = parse_json(&area.read_manifest(place)?, &path)?;
         if m.format != SHARD_FORMAT {
             return Err(damaged(&path)(format!("layout version {} (this etl reads {SHARD_FORMAT})", m.format)).into());
         }
-        manifests.push((dir.clone(), m));
+        manifests.push((place.clone(), m));
     }
     // One run: one fingerprint and one shard count.
     let mut runs: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
@@ -492,6 +491,9 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     let inconsistent = |reason: String| UnwindError::from(ShardError::Inconsistent { out: shown.clone(), reason });
     let first = &manifests[0].1;
     let key = first.key.clone();
+    if let (Target::Object(url), true) = (target, key.delta) {
+        return Err(ShardError::ObjectDelta { target: url.to_string() }.into());
+    }
     // Everything but the part files derives from the merged shapes: the same in every shard.
     let shared = |m: &ShardManifest| serde_json::to_value(Written { tables: Vec::new(), ..m.written.clone() }).ok();
     let first_shared = shared(first);
@@ -544,16 +546,16 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     let mut tables = Vec::with_capacity(first.written.tables.len());
     for (ti, t0) in first.written.tables.iter().enumerate() {
         let mut files: Vec<FileReport> = Vec::new();
-        for (dir, m) in &manifests {
+        for (place, m) in &manifests {
             for f in m.written.tables[ti].files.iter().filter(|f| f.rows > 0) {
-                files.push(link(sink.as_ref(), dir, &t0.name, files.len(), f)?);
+                files.push(link(&area, sink.as_ref(), place, &t0.name, files.len(), f)?);
             }
         }
         // A table no shard has rows of is one empty part, as one run writes it.
         if files.is_empty()
             && let Some(f) = t0.files.first()
         {
-            files.push(link(sink.as_ref(), &manifests[0].0, &t0.name, 0, f)?);
+            files.push(link(&area, sink.as_ref(), &manifests[0].0, &t0.name, 0, f)?);
         }
         tables.push(TableReport { rows: files.iter().map(|f| f.rows).sum(), files, ..t0.clone() });
     }
@@ -585,7 +587,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     }
     warnings.sort();
     let (shapes, untyped) = {
-        let (agreed, _) = agreed_shapes(out, first.shard, &key.fingerprint())?;
+        let (agreed, _) = agreed_shapes(&area, first.shard, &key.fingerprint())?;
         (agreed.shapes.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect(), agreed.untyped)
     };
     let read = ReadResult {
@@ -627,29 +629,29 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     }
     progress.set_phase(super::Phase::Committing);
     let summary = super::publish(sink, manifest, schemas, &settings, progress)?;
-    // A Parquet commit replaced the folder, shards and all; a Delta commit adds to it.
-    let shards = area::root(out);
-    if shards.exists()
-        && let Err(e) = std::fs::remove_dir_all(&shards)
-    {
-        tracing::warn!(path = %shards.display(), error = %e, "cannot remove the committed shards");
+    // A local Parquet commit replaced the folder, shards and all; a Delta commit adds to it,
+    // and on an object store the part files were copied.
+    if let Err(e) = area.remove_all() {
+        tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the committed shards");
     }
     Ok(summary)
 }
 
 /// Puts a shard's part file into the staged output as part `part` of `table`.
 fn link(
+    area: &ShardArea,
     sink: &dyn sink::Sink,
-    shard_dir: &Path,
+    place: &str,
     table: &str,
     part: usize,
     f: &FileReport,
 ) -> Result<FileReport, UnwindError> {
     let rel = part_path(table, part);
-    let from = shard_dir.join(&f.path);
-    sink.keep(&rel, &from, true)?.ok_or_else(|| UnwindError::Internal {
-        message: format!("the output's sink cannot take the shard file `{}`", from.display()),
-    })?;
+    if !area.keep_part(sink, place, &f.path, &rel)? {
+        return Err(UnwindError::Internal {
+            message: format!("the output's sink cannot take the shard file `{}` of `{place}`", f.path),
+        });
+    }
     Ok(FileReport { path: rel, ..f.clone() })
 }
 

@@ -150,6 +150,14 @@ pub trait Sink: PartSink + Send + Sync {
         Ok(None)
     }
 
+    /// Puts the object `key` of the output's own store (a key from its bucket's root) into the
+    /// output at `rel`, unchanged: copied server-side when the run publishes. `false` when this
+    /// sink keeps no such objects (local outputs).
+    fn keep_stored(&self, rel: &str, key: &str) -> Result<bool, SinkError> {
+        let _ = (rel, key);
+        Ok(false)
+    }
+
     /// Puts the bytes of `from` (a local file, or an object whose URL is `from_url`) into the
     /// output at `rel`, unchanged, as [`Sink::keep`] does, and returns where the kept copy can
     /// be read. An object-store output copies an object of its own bucket server-side, and

@@ -77,6 +77,9 @@ pub struct ObjectSink {
     store: Arc<dyn ObjectStore>,
     /// The head when the sink was opened: the commit is conditional on it.
     head: Option<Head>,
+    /// Data files already in the store ([`Sink::keep_stored`]): relative path in the output,
+    /// the key they are copied from when the run publishes.
+    stored: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 /// The scratch root of an object-store run, with its lock held; removed however the run ends
@@ -122,7 +125,7 @@ impl ObjectSink {
         faults::point("s3-opened");
         let root = scratch_root()?;
         let local = LocalSink::create(&root.dir.join("out"), false, props)?;
-        Ok(ObjectSink { local, url, overwrite, root, store, head })
+        Ok(ObjectSink { local, url, overwrite, root, store, head, stored: Default::default() })
     }
 }
 
@@ -147,6 +150,11 @@ impl Sink for ObjectSink {
         keep_object_input(&self.store, &self.url, rel, from, from_url)
     }
 
+    fn keep_stored(&self, rel: &str, key: &str) -> Result<bool, SinkError> {
+        self.stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(rel.to_owned(), key.to_owned());
+        Ok(true)
+    }
+
     fn previous(&self) -> Option<&RunManifest> {
         self.head.as_ref().and_then(|h| h.manifest.as_deref())
     }
@@ -156,9 +164,10 @@ impl Sink for ObjectSink {
         mut manifest: RunManifest,
         schemas: &[TableSchema],
     ) -> Result<(RunManifest, Committed), SinkError> {
-        let ObjectSink { local, url, overwrite, root, store, head } = *self;
+        let ObjectSink { local, url, overwrite, root, store, head, stored } = *self;
+        let stored = stored.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
         let staging = local.finish(&mut manifest, schemas)?;
-        let result = io_runtime().block_on(publish(staging.path(), manifest, &url, store, head, overwrite));
+        let result = io_runtime().block_on(publish(staging.path(), manifest, &url, store, head, overwrite, &stored));
         drop(staging);
         drop(root);
         let p = result?;
@@ -283,7 +292,11 @@ fn is_etl_key(rel: &str) -> bool {
     rel.starts_with("_etl/") || run_id_of_key(rel).is_some()
 }
 
-fn obj_err(action: &'static str, url: &ObjectUrl, key: &str) -> impl FnOnce(object_store::Error) -> SinkError {
+pub(in crate::sink) fn obj_err(
+    action: &'static str,
+    url: &ObjectUrl,
+    key: &str,
+) -> impl FnOnce(object_store::Error) -> SinkError {
     let url = url.url_of(key);
     move |e| SinkError::Store(StoreError::object(action, &url, &e))
 }
@@ -403,9 +416,10 @@ async fn publish(
     store: Arc<dyn ObjectStore>,
     head: Option<Head>,
     overwrite: bool,
+    stored: &BTreeMap<String, String>,
 ) -> Result<Published, SinkError> {
     let mut run = Publish::begin_on(store, url, overwrite, head).await?;
-    let (files, bytes) = run.upload(local, &mut report).await?;
+    let (files, bytes) = run.upload(local, &mut report, stored).await?;
     run.commit(&mut report).await?;
     let deleted = match run.cleanup().await {
         Ok(n) => n,
@@ -479,22 +493,63 @@ impl<'a> Publish<'a> {
     }
 
     /// Uploads the data files `report` lists (renaming them with the run id in `report`) and the
-    /// schemas under the run. Returns the files and bytes uploaded. On failure, removes them.
-    async fn upload(&mut self, local: &Path, report: &mut RunManifest) -> Result<(usize, u64), SinkError> {
+    /// schemas under the run; the files in `stored` (relative path, key) are copied server-side
+    /// from their keys instead. Returns the files and bytes written. On failure, removes them.
+    async fn upload(
+        &mut self,
+        local: &Path,
+        report: &mut RunManifest,
+        stored: &BTreeMap<String, String>,
+    ) -> Result<(usize, u64), SinkError> {
         let (prefix, run_id) = (&self.prefix, &self.run_id);
         let mut uploads: Vec<(PathBuf, String)> = Vec::new();
+        let mut copies: Vec<(String, String)> = Vec::new();
+        let mut copied_bytes = 0;
         for t in &mut report.tables {
             for f in &mut t.files {
                 let renamed = match f.path.strip_suffix(".parquet") {
                     Some(stem) => format!("{stem}-{run_id}.parquet"),
                     None => format!("{}-{run_id}", f.path),
                 };
-                uploads.push((local.join(&f.path), format!("{prefix}{renamed}")));
+                match stored.get(&f.path) {
+                    Some(from) => {
+                        copies.push((from.clone(), format!("{prefix}{renamed}")));
+                        copied_bytes += f.bytes;
+                    }
+                    None => uploads.push((local.join(&f.path), format!("{prefix}{renamed}"))),
+                }
                 f.path = renamed;
             }
         }
         uploads.extend(self.copies(local));
-        self.send(uploads).await
+        let copied = copies.len();
+        self.copy(copies).await?;
+        let (files, bytes) = self.send(uploads).await?;
+        Ok((files + copied, bytes + copied_bytes))
+    }
+
+    /// Copies objects of the store server-side (from, to), a few at once. On failure, removes
+    /// what this run wrote.
+    async fn copy(&mut self, copies: Vec<(String, String)>) -> Result<(), SinkError> {
+        let url = self.url;
+        self.written.extend(copies.iter().map(|(_, to)| to.clone()));
+        let copied = futures::stream::iter(copies.into_iter().map(|(from, to)| {
+            let store = self.store.clone();
+            async move {
+                store
+                    .copy(&ObjPath::from(from.as_str()), &ObjPath::from(to.as_str()))
+                    .await
+                    .map_err(obj_err("copy", url, &from))
+            }
+        }))
+        .buffer_unordered(CONCURRENT_UPLOADS)
+        .try_collect::<Vec<()>>()
+        .await;
+        if let Err(e) = copied {
+            remove_keys(&self.store, &self.written).await;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// The schemas of the output staged in `local`, to upload under the run now, and their
@@ -661,7 +716,7 @@ pub(in crate::sink) fn download_blocking(
 }
 
 /// Deletes `keys`, best effort: what is left is removed by a later run's clean-up.
-async fn remove_keys(store: &Arc<dyn ObjectStore>, keys: &[String]) {
+pub(in crate::sink) async fn remove_keys(store: &Arc<dyn ObjectStore>, keys: &[String]) {
     for k in keys {
         if let Err(e) = store.delete(&ObjPath::from(k.as_str())).await
             && !matches!(e, object_store::Error::NotFound { .. })
@@ -790,7 +845,7 @@ mod tests {
         fn start(&self, content: &str) -> (Publish<'_>, RunManifest) {
             let (dir, mut report) = self.staged(content);
             let mut run = self.begin().unwrap();
-            io_runtime().block_on(run.upload(&dir, &mut report)).unwrap();
+            io_runtime().block_on(run.upload(&dir, &mut report, &BTreeMap::new())).unwrap();
             (run, report)
         }
 

@@ -1,6 +1,7 @@
 //! Where the shards of a sharded run put their work before `etl commit` publishes it:
-//! `OUT/_etl/shards/` inside the output folder, which no reader looks at (readers read only
-//! what `_etl/run.json` lists, and a new output has none until the commit).
+//! `OUT/_etl/shards/` inside the output, a folder or an `s3://` prefix, which no reader looks
+//! at (readers read only what `_etl/run.json` lists, and a new output has none until the
+//! commit).
 //!
 //! ```text
 //! OUT/_etl/shards/
@@ -9,21 +10,37 @@
 //!   .attempt-00002-of-00004-<pid>-<nanos>/   an attempt still running, or one that crashed
 //! ```
 //!
-//! An attempt writes into its own hidden folder and becomes `shard-I-of-N/` by a rename once
-//! its manifest is in it, replacing the folder of any earlier attempt of the same shard: a
-//! shard's folder is always one complete attempt, and a crashed attempt never reaches a commit.
-//! The commit publishes the output without `_etl/shards/` (its staging folder never had it),
-//! so the shards go with the output they were committed into.
+//! In a folder, an attempt writes into its own hidden folder and becomes `shard-I-of-N/` by a
+//! rename once its manifest is in it, replacing the folder of any earlier attempt of the same
+//! shard: a shard's folder is always one complete attempt, and a crashed attempt never reaches
+//! a commit. The commit publishes the output without `_etl/shards/` (its staging folder never
+//! had it), so the shards go with the output they were committed into.
+//!
+//! On an object store there is no rename: an attempt uploads its part files under
+//! `shard-I-of-N/attempt-<id>/`, then writes `shard-I-of-N/shard.json` (one PUT, atomic), whose
+//! file paths name that attempt. A later attempt's manifest replaces it, so the commit reads
+//! exactly one complete attempt per shard and a crashed attempt's files are never named. The
+//! files of replaced or crashed attempts stay until the commit, which copies the named part
+//! files server-side into the output and then removes `_etl/shards/` whole. (An attempt does not
+//! delete other attempts' files itself: an attempt of the same shard still running elsewhere,
+//! a job runner's retry, would lose files its manifest is about to name.)
 
 use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::file::properties::WriterProperties;
+use futures::{StreamExt as _, TryStreamExt as _};
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 
-use super::{PartSink, PartWriter, SinkError};
+use super::object::{ScratchRoot, obj_err, scratch_root};
+use super::{PartSink, PartWriter, Sink, SinkError};
+use crate::aws::AwsOptions;
 use crate::source::shard::Shard;
+use crate::store::{self, ObjectUrl, Target, io_runtime};
 
 /// The shards' folder inside an output.
 pub const SHARDS_DIR: &str = "_etl/shards";
@@ -60,11 +77,12 @@ fn parse_name(name: &str, prefix: &str, suffix: &str) -> Option<Shard> {
     format!("{i}/{n}").parse().ok().filter(|s: &Shard| tag(*s) == rest)
 }
 
-/// What `OUT/_etl/shards/` holds: finished shard folders and shape files, in shard order.
+/// What `OUT/_etl/shards/` holds: finished shards (their folders or key prefixes) and shape
+/// files, in shard order.
 #[derive(Debug, Default)]
 pub struct Listing {
-    pub shards: Vec<(Shard, PathBuf)>,
-    pub infer: Vec<(Shard, PathBuf)>,
+    pub shards: Vec<(Shard, ShardPlace)>,
+    pub infer: Vec<(Shard, String)>,
     /// Attempts still running or crashed (hidden folders), and names etl did not write.
     pub other: Vec<PathBuf>,
 }
@@ -84,12 +102,12 @@ pub fn list(out: &Path) -> Result<Listing, SinkError> {
         let path = e.path();
         if let Some(s) = parse_name(&name, "shard-", "") {
             if path.join(SHARD_MANIFEST).is_file() {
-                l.shards.push((s, path));
+                l.shards.push((s, path.display().to_string()));
             } else {
                 l.other.push(path);
             }
         } else if let Some(s) = parse_name(&name, "infer-", ".json") {
-            l.infer.push((s, path));
+            l.infer.push((s, path.display().to_string()));
         } else {
             l.other.push(path);
         }
@@ -122,6 +140,234 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SinkError> {
     fs::rename(&tmp, path).map_err(io("write", path))
 }
 
+/// The shards' area of one output: `OUT/_etl/shards/` in a folder, or under an object-store
+/// prefix. Every phase of a sharded run and the commit reach it through this.
+pub enum ShardArea {
+    Folder(PathBuf),
+    Prefix { store: Arc<dyn ObjectStore>, url: ObjectUrl },
+}
+
+/// Where a finished shard is: its folder, or its key prefix (ending in `/`).
+pub type ShardPlace = String;
+
+impl ShardArea {
+    /// The shards' area of `target`. An object-store prefix must be empty or etl's own.
+    pub fn open(target: &Target, aws: &AwsOptions) -> Result<ShardArea, SinkError> {
+        match target {
+            Target::Path(p) => Ok(ShardArea::Folder(p.clone())),
+            Target::Object(url) => io_runtime().block_on(async {
+                let store = store::open(url, aws).await?;
+                super::object::refuse_foreign_but(&store, url, |_| false).await?;
+                Ok(ShardArea::Prefix { store, url: url.clone() })
+            }),
+        }
+    }
+
+    /// The output, as the user named it.
+    pub fn shown(&self) -> String {
+        match self {
+            ShardArea::Folder(p) => p.display().to_string(),
+            ShardArea::Prefix { url, .. } => url.to_string(),
+        }
+    }
+
+    fn key(url: &ObjectUrl, rel: &str) -> String {
+        format!("{}{SHARDS_DIR}/{rel}", url.dir_prefix())
+    }
+
+    /// Where shard `shard`'s shapes go, as shown to the user.
+    pub fn infer_shown(&self, shard: Shard) -> String {
+        match self {
+            ShardArea::Folder(out) => infer_path(out, shard).display().to_string(),
+            ShardArea::Prefix { url, .. } => url.url_of(&Self::key(url, &format!("infer-{}.json", tag(shard)))),
+        }
+    }
+
+    /// The shards' area, as shown to the user.
+    pub fn root_shown(&self) -> String {
+        match self {
+            ShardArea::Folder(out) => root(out).display().to_string(),
+            ShardArea::Prefix { url, .. } => url.url_of(&Self::key(url, "")),
+        }
+    }
+
+    /// Writes shard `shard`'s shapes, replacing an earlier attempt's, in one step.
+    pub fn write_infer(&self, shard: Shard, bytes: &[u8]) -> Result<(), SinkError> {
+        match self {
+            ShardArea::Folder(out) => write_atomically(&infer_path(out, shard), bytes),
+            ShardArea::Prefix { store, url } => {
+                let key = Self::key(url, &format!("infer-{}.json", tag(shard)));
+                io_runtime()
+                    .block_on(async { store.put(&ObjPath::from(key.as_str()), PutPayload::from(bytes.to_vec())).await })
+                    .map(|_| ())
+                    .map_err(obj_err("write", url, &key))
+            }
+        }
+    }
+
+    /// Shard `shard`'s shapes, if its `--phase infer` has finished.
+    pub fn read_infer(&self, shard: Shard) -> Result<Option<Vec<u8>>, SinkError> {
+        match self {
+            ShardArea::Folder(out) => read_if_there(&infer_path(out, shard)),
+            ShardArea::Prefix { store, url } => {
+                get_if_there(store, url, &Self::key(url, &format!("infer-{}.json", tag(shard))))
+            }
+        }
+    }
+
+    /// The manifest of the finished shard at `place`.
+    pub fn read_manifest(&self, place: &str) -> Result<Vec<u8>, SinkError> {
+        let missing = |shown: String| SinkError::Io {
+            action: "read",
+            path: shown,
+            source: io::Error::from(io::ErrorKind::NotFound),
+        };
+        match self {
+            ShardArea::Folder(_) => {
+                let path = Path::new(place).join(SHARD_MANIFEST);
+                read_if_there(&path)?.ok_or_else(|| missing(path.display().to_string()))
+            }
+            ShardArea::Prefix { store, url } => {
+                let key = format!("{place}{SHARD_MANIFEST}");
+                get_if_there(store, url, &key)?.ok_or_else(|| missing(url.url_of(&key)))
+            }
+        }
+    }
+
+    /// The manifest at `place`, as shown to the user.
+    pub fn manifest_shown(&self, place: &str) -> String {
+        match self {
+            ShardArea::Folder(_) => Path::new(place).join(SHARD_MANIFEST).display().to_string(),
+            ShardArea::Prefix { url, .. } => url.url_of(&format!("{place}{SHARD_MANIFEST}")),
+        }
+    }
+
+    /// What the area holds: finished shards and shape files, in shard order.
+    pub fn list(&self) -> Result<Listing, SinkError> {
+        match self {
+            ShardArea::Folder(out) => list(out),
+            ShardArea::Prefix { store, url } => {
+                let prefix = Self::key(url, "");
+                let keys: Vec<String> = io_runtime()
+                    .block_on(async {
+                        store
+                            .list(Some(&ObjPath::from(prefix.as_str())))
+                            .map_ok(|m| m.location.to_string())
+                            .try_collect()
+                            .await
+                    })
+                    .map_err(obj_err("list", url, &prefix))?;
+                let mut l = Listing::default();
+                for key in keys {
+                    let rel = key.strip_prefix(&prefix).unwrap_or(&key);
+                    if let Some((name, SHARD_MANIFEST)) = rel.split_once('/')
+                        && let Some(s) = parse_name(name, "shard-", "")
+                    {
+                        l.shards.push((s, format!("{prefix}{name}/")));
+                    } else if let Some(s) = parse_name(rel, "infer-", ".json") {
+                        l.infer.push((s, key.clone()));
+                    }
+                }
+                l.shards.sort();
+                l.infer.sort();
+                Ok(l)
+            }
+        }
+    }
+
+    /// Starts an attempt of `shard`; `props` for its part files.
+    pub fn attempt(&self, shard: Shard, props: WriterProperties) -> Result<ShardFolder, SinkError> {
+        match self {
+            ShardArea::Folder(out) => ShardFolder::create(out, shard, props),
+            ShardArea::Prefix { store, url } => {
+                let root = scratch_root()?;
+                let dir = root.dir.join("attempt");
+                let scratch = super::scratch_dir(&dir);
+                fs::create_dir_all(&scratch).map_err(io("create", &scratch))?;
+                let attempt = format!("attempt-{}", super::object::new_run_id());
+                Ok(ShardFolder {
+                    dir,
+                    target: PathBuf::new(),
+                    scratch,
+                    props,
+                    published: false,
+                    upload: Some(Upload {
+                        store: store.clone(),
+                        url: url.clone(),
+                        shard_key: Self::key(url, &format!("shard-{}/", tag(shard))),
+                        attempt,
+                        _root: root,
+                    }),
+                })
+            }
+        }
+    }
+
+    /// Puts the part file `path` (relative to the shard) of the finished shard at `place` into
+    /// the output `sink` at `rel`. `false` when the sink cannot take it.
+    pub fn keep_part(&self, sink: &dyn Sink, place: &str, path: &str, rel: &str) -> Result<bool, SinkError> {
+        match self {
+            ShardArea::Folder(_) => Ok(sink.keep(rel, &Path::new(place).join(path), true)?.is_some()),
+            ShardArea::Prefix { .. } => sink.keep_stored(rel, &format!("{place}{path}")),
+        }
+    }
+
+    /// Removes the whole area (after a commit). Best effort for objects.
+    pub fn remove_all(&self) -> Result<(), SinkError> {
+        match self {
+            ShardArea::Folder(out) => {
+                let dir = root(out);
+                match fs::remove_dir_all(&dir) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io("remove", &dir)(e)),
+                    _ => Ok(()),
+                }
+            }
+            ShardArea::Prefix { store, url } => {
+                let prefix = Self::key(url, "");
+                io_runtime()
+                    .block_on(async {
+                        let keys = store.list(Some(&ObjPath::from(prefix.as_str()))).map_ok(|m| m.location);
+                        store.delete_stream(keys.boxed()).try_collect::<Vec<_>>().await
+                    })
+                    .map(|_| ())
+                    .map_err(obj_err("remove", url, &prefix))
+            }
+        }
+    }
+}
+
+fn read_if_there(path: &Path) -> Result<Option<Vec<u8>>, SinkError> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io("read", path)(e)),
+    }
+}
+
+fn get_if_there(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> Result<Option<Vec<u8>>, SinkError> {
+    io_runtime()
+        .block_on(async {
+            match store.get(&ObjPath::from(key)).await {
+                Ok(r) => r.bytes().await.map(|b| Some(b.to_vec())),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(obj_err("read", url, key))
+}
+
+/// Where an object-store attempt goes once its part files are written locally.
+struct Upload {
+    store: Arc<dyn ObjectStore>,
+    url: ObjectUrl,
+    /// `PREFIX/_etl/shards/shard-I-of-N/`.
+    shard_key: String,
+    /// `attempt-<id>`, unique to this attempt.
+    attempt: String,
+    /// The local folder the attempt is written in, locked while it lives.
+    _root: ScratchRoot,
+}
+
 /// One attempt of one shard: part files written into a hidden folder, published as the shard's
 /// folder by [`ShardFolder::publish`]. Dropped unpublished, the attempt's folder is removed.
 pub struct ShardFolder {
@@ -130,6 +376,8 @@ pub struct ShardFolder {
     scratch: PathBuf,
     props: WriterProperties,
     published: bool,
+    /// Object-store attempts: where the finished attempt is uploaded.
+    upload: Option<Upload>,
 }
 
 impl ShardFolder {
@@ -148,7 +396,7 @@ impl ShardFolder {
         fs::create_dir(&dir).map_err(io("create", &dir))?;
         let scratch = super::scratch_dir(&dir);
         fs::create_dir_all(&scratch).map_err(io("create", &scratch))?;
-        Ok(ShardFolder { target: shard_dir(out, shard), dir, scratch, props, published: false })
+        Ok(ShardFolder { target: shard_dir(out, shard), dir, scratch, props, published: false, upload: None })
     }
 
     /// The attempt's scratch folder (spill), removed before it is published.
@@ -156,14 +404,48 @@ impl ShardFolder {
         &self.scratch
     }
 
+    /// What the paths of the shard's manifest start with: the attempt's folder on an object
+    /// store (`attempt-<id>/`), nothing in a folder.
+    pub fn path_prefix(&self) -> String {
+        self.upload.as_ref().map(|u| format!("{}/", u.attempt)).unwrap_or_default()
+    }
+
     /// Writes `manifest` into the attempt's folder and renames the folder into the shard's
-    /// place, replacing an earlier attempt. Returns the shard's folder.
-    pub fn publish(mut self, manifest: &[u8]) -> Result<PathBuf, SinkError> {
+    /// place, replacing an earlier attempt (on an object store: uploads the attempt's files,
+    /// then the manifest). Returns where the shard is, as shown to the user.
+    pub fn publish(mut self, manifest: &[u8]) -> Result<String, SinkError> {
         fs::remove_dir_all(&self.scratch).map_err(io("remove", &self.scratch))?;
         // `_etl/` is empty once the scratch folder is gone.
         let etl = self.dir.join("_etl");
         if etl.is_dir() {
             fs::remove_dir(&etl).map_err(io("remove", &etl))?;
+        }
+        if let Some(u) = &self.upload {
+            let mut files = Vec::new();
+            walk(&self.dir, &mut files).map_err(io("list", &self.dir))?;
+            let uploads: Vec<(PathBuf, String)> = files
+                .into_iter()
+                .map(|f| {
+                    let rel = f.strip_prefix(&self.dir).unwrap_or(&f).to_string_lossy().replace('\\', "/");
+                    (f, format!("{}{}/{rel}", u.shard_key, u.attempt))
+                })
+                .collect();
+            let key = format!("{}{SHARD_MANIFEST}", u.shard_key);
+            io_runtime().block_on(async {
+                futures::stream::iter(
+                    uploads.iter().map(|(path, key)| super::object::upload(&u.store, path, key, &u.url)),
+                )
+                .buffer_unordered(4)
+                .try_collect::<Vec<()>>()
+                .await?;
+                super::faults::point("shard-uploaded");
+                u.store
+                    .put(&ObjPath::from(key.as_str()), PutPayload::from(manifest.to_vec()))
+                    .await
+                    .map_err(obj_err("write", &u.url, &key))
+            })?;
+            self.published = true;
+            return Ok(u.url.url_of(&u.shard_key));
         }
         write_atomically(&self.dir.join(SHARD_MANIFEST), manifest)?;
         if self.target.exists() {
@@ -176,8 +458,21 @@ impl ShardFolder {
             fs::rename(&self.dir, &self.target).map_err(io("publish", &self.target))?;
             self.published = true;
         }
-        Ok(self.target.clone())
+        Ok(self.target.display().to_string())
     }
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            walk(&e.path(), out)?;
+        } else {
+            out.push(e.path());
+        }
+    }
+    Ok(())
 }
 
 impl PartSink for ShardFolder {
@@ -188,7 +483,8 @@ impl PartSink for ShardFolder {
 
 impl Drop for ShardFolder {
     fn drop(&mut self) {
-        if !self.published {
+        // An object-store attempt's local folder goes with its scratch root.
+        if !self.published && self.upload.is_none() {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
@@ -219,7 +515,7 @@ mod tests {
         let props = super::super::parquet::writer_properties(1024);
         let a = ShardFolder::create(&out, s, props.clone()).unwrap();
         fs::write(a.dir.join("first"), "1").unwrap();
-        let dir = a.publish(b"{}").unwrap();
+        let dir = PathBuf::from(a.publish(b"{}").unwrap());
         assert!(dir.join("first").is_file() && dir.join(SHARD_MANIFEST).is_file());
         assert!(holds_only_shards(&out).unwrap());
 
@@ -231,7 +527,43 @@ mod tests {
         let c = ShardFolder::create(&out, s, props).unwrap();
         drop(c);
         let l = list(&out).unwrap();
-        assert_eq!(l.shards, vec![(s, dir)]);
+        assert_eq!(l.shards, vec![(s, dir.display().to_string())]);
         assert!(l.other.is_empty(), "{:?}", l.other);
+    }
+
+    #[test]
+    fn a_prefix_holds_the_shards_whose_manifests_were_written_and_nothing_after_a_commit() {
+        let url = ObjectUrl::parse("memory://shard-area/out").unwrap().unwrap();
+        let area = ShardArea::open(&Target::Object(url), &AwsOptions::default()).unwrap();
+        let ShardArea::Prefix { store, .. } = &area else { panic!("a prefix") };
+        let (s0, s1) = (Shard { index: 0, count: 2 }, Shard { index: 1, count: 2 });
+        area.write_infer(s0, b"{\"a\":1}").unwrap();
+        assert_eq!(area.read_infer(s0).unwrap().as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(area.read_infer(s1).unwrap(), None);
+
+        let a = area.attempt(s0, super::super::parquet::writer_properties(1024)).unwrap();
+        fs::create_dir_all(a.dir.join("user")).unwrap();
+        fs::write(a.dir.join("user/part-00000.parquet"), "rows").unwrap();
+        let prefix = a.path_prefix();
+        assert!(prefix.starts_with("attempt-") && prefix.ends_with('/'), "{prefix}");
+        let local = a.dir.clone();
+        assert_eq!(a.publish(b"{}").unwrap(), "memory://shard-area/out/_etl/shards/shard-00000-of-00002/");
+        assert!(!local.exists(), "the local attempt goes once uploaded");
+        // Shard 1's attempt uploaded its files but crashed before its manifest.
+        let crashed = ObjPath::from("out/_etl/shards/shard-00001-of-00002/attempt-x/user/part-00000.parquet");
+        let get = |k: &str| io_runtime().block_on(async { store.get(&ObjPath::from(k)).await?.bytes().await });
+        io_runtime().block_on(store.put(&crashed, PutPayload::from_static(b"half"))).unwrap();
+
+        let l = area.list().unwrap();
+        assert_eq!(l.shards, vec![(s0, "out/_etl/shards/shard-00000-of-00002/".to_owned())]);
+        assert_eq!(l.infer.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![s0]);
+        assert_eq!(area.read_manifest(&l.shards[0].1).unwrap(), b"{}");
+        let part = format!("out/_etl/shards/shard-00000-of-00002/{prefix}user/part-00000.parquet");
+        assert_eq!(&get(&part).unwrap()[..], b"rows");
+
+        area.remove_all().unwrap();
+        let left = area.list().unwrap();
+        assert!(left.shards.is_empty() && left.infer.is_empty());
+        assert!(get(&part).is_err() && get(crashed.as_ref()).is_err());
     }
 }

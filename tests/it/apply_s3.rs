@@ -34,7 +34,7 @@ pub(crate) fn chain_ids(dir: &Path) -> (String, Vec<String>) {
 
 /// The bytes of every table file `report` lists, per table, in order (object-store outputs name
 /// files by run, local ones do not: the table and the order are what compare).
-fn s3_table_bytes(m: &Moto, bucket: &str, prefix: &str, report: &Json) -> BTreeMap<String, Vec<Vec<u8>>> {
+pub(crate) fn s3_table_bytes(m: &Moto, bucket: &str, prefix: &str, report: &Json) -> BTreeMap<String, Vec<Vec<u8>>> {
     report["tables"]
         .as_array()
         .unwrap()

@@ -29,6 +29,7 @@ mod roundtrip;
 mod sample;
 mod shapes;
 mod shard;
+mod shard_s3;
 mod sql;
 mod tampered;
 mod types;
