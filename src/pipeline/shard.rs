@@ -30,6 +30,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::chain::{Applier, ChainRead, TableLabel};
 use super::read::{FileStats, ReadResult};
 use super::write::Written;
 use super::{Assembly, Progress, UnwindError, UnwindSettings, UnwindSummary, apply, read, report, write};
@@ -41,6 +42,7 @@ use crate::sink::manifest::{EntityReport, FileReport, MappingReport, TableReport
 use crate::sink::parquet::{part_path, writer_properties};
 use crate::sink::shard::{ShardArea, ShardPlace};
 use crate::sink::{self, Format, SinkSettings};
+use crate::source::chain::ChainError;
 use crate::source::shard::Shard;
 use crate::source::{self, Plan, SourceError};
 use crate::store::{Location, Target};
@@ -71,8 +73,12 @@ pub enum ShardError {
     ObjectDelta { target: String },
     #[error("`--shard` splits exports and data files; `{source_name}` cannot be split between machines")]
     NotFiles { source_name: String },
-    #[error("`--shard` splits one full export or data files; incremental exports are applied by one process")]
+    #[error(
+        "`--shard` splits a full export, alone or with its incremental exports; incremental exports alone are applied onto an output by one process"
+    )]
     Chain,
+    #[error("`--shard` with `--mapping` splits a full export, not its incremental exports yet")]
+    MappedChain,
     #[error("shard {shard} cannot write yet: the shape files of shard{} {missing} of {count} are missing from `{dir}`", if .missing.contains(',') { "s" } else { "" })]
     MissingInfer { shard: Shard, missing: String, count: u32, dir: String },
     #[error("`{path}` was written for another run (another export, shard count or options) than shard {shard}")]
@@ -101,7 +107,10 @@ impl ShardError {
             }
             ShardError::NotFiles { .. } => "run the unwind in one process, without `--shard`".into(),
             ShardError::Chain => {
-                "shard the full export, commit it, then apply the incremental exports with one `etl unwind INC… --out DIR`".into()
+                "shard the full export with its incremental exports (`etl unwind FULL INC… --shard I/N`), or apply the incremental exports onto the output with one `etl unwind INC… --out DIR`".into()
+            }
+            ShardError::MappedChain => {
+                "shard the full export with the mapping, commit it, then apply the incremental exports onto the output with one `etl unwind INC… --mapping … --out DIR`".into()
             }
             ShardError::MissingInfer { count, .. } => format!(
                 "run `etl unwind … --shard I/{count} --phase infer` for every shard first; the write phase needs all of their shapes"
@@ -126,7 +135,10 @@ impl ShardError {
 
     /// Refusals of what is on disk (exit 1); usage errors exit 2.
     pub fn is_policy(&self) -> bool {
-        !matches!(self, ShardError::ObjectDelta { .. } | ShardError::NotFiles { .. } | ShardError::Chain)
+        !matches!(
+            self,
+            ShardError::ObjectDelta { .. } | ShardError::NotFiles { .. } | ShardError::Chain | ShardError::MappedChain
+        )
     }
 }
 
@@ -150,10 +162,16 @@ pub struct RunKey {
     pub allow_mismatch: bool,
     pub max_rejects: Option<u64>,
     pub on_drift_fail: bool,
+    /// The sources form a chain (a full export and incremental exports): the plan ends with the
+    /// file of current images every shard reduces the same way.
+    #[serde(default)]
+    pub chain: bool,
+    #[serde(default)]
+    pub allow_gap: bool,
 }
 
 impl RunKey {
-    fn of(plan: &Plan, settings: &UnwindSettings, shards: u32) -> RunKey {
+    fn of(plan: &Plan, settings: &UnwindSettings, shards: u32, chain: bool) -> RunKey {
         RunKey {
             shards,
             sources: settings.sources.iter().map(ToString::to_string).collect(),
@@ -174,6 +192,8 @@ impl RunKey {
             allow_mismatch: settings.allow_mismatch,
             max_rejects: settings.max_rejects,
             on_drift_fail: settings.on_drift == OnDrift::Fail,
+            chain,
+            allow_gap: settings.allow_gap,
         }
     }
 
@@ -190,6 +210,7 @@ impl RunKey {
         s.target_file_bytes = self.target_file_bytes;
         s.on_drift = if self.on_drift_fail { OnDrift::Fail } else { OnDrift::Allow };
         s.format = if self.delta { Format::Delta } else { Format::Parquet };
+        s.allow_gap = self.allow_gap;
         Ok(s)
     }
 
@@ -244,6 +265,84 @@ pub struct ShardManifest {
     /// The shard's tables (its part files) and the schemas every shard of the run shares.
     pub written: Written,
     pub timings: Timings,
+    /// What the shard's files showed of the chain's changes (chain runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainSeen>,
+}
+
+/// [`ChainRead`] as a shard records it: the final changes (by their index in the reduce every
+/// shard and the commit do alike) whose key a full-export item of the shard's files had.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ChainSeen {
+    pub matched: Vec<(u32, Label)>,
+    pub changes: u64,
+    pub superseded: u64,
+}
+
+/// A [`TableLabel`] in a shard manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Label {
+    Mapped(String),
+    Entity(String),
+    Untyped,
+}
+
+impl ChainSeen {
+    fn of(r: &ChainRead) -> ChainSeen {
+        let label = |l: &TableLabel| match l {
+            TableLabel::Mapped(t) => Label::Mapped(t.clone()),
+            TableLabel::Entity(e) => Label::Entity(e.to_string()),
+            TableLabel::Untyped => Label::Untyped,
+        };
+        ChainSeen {
+            matched: r.matched.iter().map(|(i, l)| (*i, label(l))).collect(),
+            changes: r.changes,
+            superseded: r.superseded,
+        }
+    }
+
+    fn read(&self) -> ChainRead {
+        let label = |l: &Label| match l {
+            Label::Mapped(t) => TableLabel::Mapped(t.clone()),
+            Label::Entity(e) => TableLabel::Entity(Arc::from(e.as_str())),
+            Label::Untyped => TableLabel::Untyped,
+        };
+        ChainRead {
+            matched: self.matched.iter().map(|(i, l)| (*i, label(l))).collect(),
+            changes: self.changes,
+            superseded: self.superseded,
+        }
+    }
+}
+
+/// The chain the plan's exports form, reduced as one run reduces it (every shard and the commit
+/// read every incremental export): appends the file of current images to `plan`.
+fn reduce_chain(
+    plan: &mut Plan,
+    settings: &UnwindSettings,
+    scratch: &std::path::Path,
+) -> Result<Option<Applier>, UnwindError> {
+    let chain = match source::chain::order(plan, settings.allow_gap) {
+        Err(ChainError::NoFullExport { .. }) => return Err(ShardError::Chain.into()),
+        c => c.map_err(SourceError::from)?,
+    };
+    // The commit has no mapping to route the chain's changes with as the shards did.
+    if chain.is_some() && settings.mapping.is_some() {
+        return Err(ShardError::MappedChain.into());
+    }
+    chain
+        .map(|c| {
+            Applier::reduce(
+                c,
+                plan,
+                &settings.type_attribute,
+                settings.mapping.clone(),
+                settings.max_line_bytes,
+                scratch,
+                None,
+            )
+        })
+        .transpose()
 }
 
 /// What one shard process did.
@@ -301,16 +400,18 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let area = area_of(&settings.target, &settings.aws, settings.format == Format::Delta)?;
     let folder = area.attempt(run.shard, writer_properties(settings.row_groups.rows))?;
     let scratch = folder.scratch().to_owned();
-    let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(super::SCAN_SPOOL))?;
-    if source::chain::order(&plan, true).map_err(SourceError::from)?.is_some() {
-        return Err(ShardError::Chain.into());
-    }
+    let mut plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(super::SCAN_SPOOL))?;
     if settings.strict
         && let Some(first) = source::integrity::manifest_mismatches(&plan).into_iter().next()
     {
         return Err(UnwindError::StrictMismatch(first));
     }
-    let key = RunKey::of(&plan, settings, run.shard.count);
+    let files_read = files_key(&plan);
+    // A chain: every shard reduces the incremental exports alike, and the last shard's files
+    // end with the current images, as one run reads them last.
+    let applier = reduce_chain(&mut plan, settings, &scratch)?;
+    let mut key = RunKey::of(&plan, settings, run.shard.count, applier.is_some());
+    key.files = files_read;
     let fingerprint = key.fingerprint();
     let files = run.shard.files(&plan);
     let bytes: u64 = plan.files[files.clone()].iter().map(|f| f.size).sum();
@@ -323,7 +424,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
     // The infer phase keeps no rows: it only counts and observes shapes.
     let scope = read::Scope { files: files.clone(), spill: run.phase == ShardPhase::Write };
-    let mut read = read::read_all(&plan, scope, settings, mapped, None, &scratch, progress)?;
+    let mut read = read::read_all(&plan, scope, settings, mapped, applier.as_ref(), &scratch, progress)?;
     let t_read = t_read.elapsed();
     let items: u64 = read.files.iter().map(|f| f.digest.units).sum();
     let rejects: u64 = read.reject_counts.values().sum();
@@ -397,6 +498,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
             total: started.elapsed().as_millis() as u64,
             keep_base: 0,
         },
+        chain: applier.as_ref().map(|_| ChainSeen::of(&read.chain)),
     };
     let dir = folder.publish(&to_json(&manifest, "shard.json")?)?;
     progress.set_phase(super::Phase::Done);
@@ -514,8 +616,10 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             )));
         }
     }
-    if next != key.files.len() {
-        return Err(inconsistent(format!("the shards read {next} of the plan's {} files", key.files.len())));
+    // A chain's plan ends with the file of current images.
+    let plan_files = key.files.len() + usize::from(key.chain);
+    if next != plan_files {
+        return Err(inconsistent(format!("the shards read {next} of the plan's {plan_files} files")));
     }
 
     // The settings the shards ran with.
@@ -538,7 +642,20 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     if files_key(&plan) != key.files {
         return Err(inconsistent("the sources no longer resolve to the files the shards read".into()));
     }
+    let chain_state = match source::chain::order(&plan, settings.allow_gap).map_err(SourceError::from)? {
+        Some(c) => Some(crate::state::of_chain(&plan.exports, &c, &[], key.mapping.clone())),
+        None => None,
+    };
     let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws)?;
+    let scratch = sink.scratch().to_owned();
+    let applier = reduce_chain(&mut plan, &settings, &scratch)?;
+    if applier.is_some() != key.chain || plan.files.len() != plan_files {
+        return Err(inconsistent("the sources no longer form the chain the shards read".into()));
+    }
+    let state = chain_state.zip(applier.as_ref()).map(|(mut st, a)| {
+        st.key_attributes = a.key_names.clone();
+        st
+    });
     let t_resolve = started.elapsed();
 
     // The shards' parts, in shard order, renumbered as one run numbers them.
@@ -567,7 +684,11 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     let mut warnings = Vec::new();
     let mut mapping: Option<MappingReport> = None;
     let mut read_ms = 0;
+    let mut chain_read = ChainRead::default();
     for (_, m) in &manifests {
+        if let Some(c) = &m.chain {
+            chain_read.merge(c.read());
+        }
         for (i, st) in m.files.clone().zip(&m.file_stats) {
             stats[i] = st.clone();
         }
@@ -586,6 +707,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         read_ms = read_ms.max(m.timings.read_and_decode + m.timings.write);
     }
     warnings.sort();
+    chain_read.matched.sort();
     let (shapes, untyped) = {
         let (agreed, _) = agreed_shapes(&area, first.shard, &key.fingerprint())?;
         (agreed.shapes.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect(), agreed.untyped)
@@ -599,7 +721,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         spills: Vec::new(),
         reject_counts,
         warnings,
-        chain: Default::default(),
+        chain: chain_read,
     };
     let written = Written { tables, ..first.written.clone() };
     let started_at = manifests.iter().map(|(_, m)| m.started_at.clone()).min().unwrap_or_default();
@@ -608,8 +730,8 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         settings: &settings,
         read: &read,
         written,
-        chain: None,
-        state: None,
+        chain: applier.as_ref(),
+        state,
         keeping: keeping.clone(),
         mapping,
         started,
@@ -624,7 +746,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         },
     })?;
     if settings.format == Format::Delta {
-        let txn_version = super::delta_txn_version(None, &plan);
+        let txn_version = super::delta_txn_version(manifest.state.as_ref(), &plan);
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None });
     }
     progress.set_phase(super::Phase::Committing);

@@ -337,3 +337,90 @@ fn incremental_exports_apply_onto_a_committed_sharded_output() {
     assert_eq!(ra["state"]["applied"], rb["state"]["applied"]);
     assert_eq!(ra["state"]["applied"].as_array().unwrap().len(), 3, "the full export and two incrementals");
 }
+
+/// Every phase of `n` shards of `sources` into `out`, with `extra` arguments, then the commit.
+fn shard_and_commit(sources: &[&Path], out: &Path, n: u32, extra: &[&str]) {
+    for phase in ["infer", "write"] {
+        for i in 0..n {
+            let spec = format!("{i}/{n}");
+            let mut args = vec!["--shard", spec.as_str(), "--phase", phase];
+            args.extend_from_slice(extra);
+            unwind(sources, out, &args, 0);
+        }
+    }
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// A full export with its incremental exports shards too: every shard reduces the incremental
+/// exports as one run does, its files supersede what the changes replaced, the last shard reads
+/// the current images, and the commit equals one run of the whole chain, the chain's report and
+/// the run state included.
+#[test]
+fn a_chain_shards_and_its_commit_equals_one_run_of_the_chain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chain = tmp.path().join("chain");
+    let r = etl([
+        "sample",
+        "--out",
+        chain.to_str().unwrap(),
+        "--users",
+        "80",
+        "--files",
+        "5",
+        "--seed",
+        "9",
+        "--incrementals",
+        "2",
+        "--change-percent",
+        "20",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = crate::common::sample_chain(&chain);
+    let mut sources: Vec<&Path> = vec![&full];
+    sources.extend(incs.iter().map(PathBuf::as_path));
+    let single = tmp.path().join("single");
+    unwind(&sources, &single, &[], 0);
+    let rb = run_report(&single);
+    let changes = &rb["chain"]["tables"];
+    assert!(changes.as_object().is_some_and(|t| !t.is_empty()), "the chain changes tables: {}", rb["chain"]);
+    for n in [2, 4] {
+        let out = tmp.path().join(format!("sharded-{n}"));
+        shard_and_commit(&sources, &out, n, &[]);
+        assert_same_output(&out, &single);
+        let ra = run_report(&out);
+        assert_eq!(ra["chain"], rb["chain"], "{n} shards");
+        assert_eq!(ra["state"], rb["state"], "{n} shards");
+    }
+    // Delta tables: one commit per table, the same rows.
+    let delta = tmp.path().join("delta");
+    let one_delta = tmp.path().join("one-delta");
+    shard_and_commit(&sources, &delta, 3, &["--format", "delta"]);
+    unwind(&sources, &one_delta, &["--format", "delta"], 0);
+    let (ra, rb) = (run_report(&delta), run_report(&one_delta));
+    assert_eq!((&ra["chain"], &ra["reconciliation"]), (&rb["chain"], &rb["reconciliation"]));
+    assert_eq!(ra["state"]["applied"], rb["state"]["applied"]);
+    // Incremental exports alone are applied onto an output by one process.
+    let r = etl(["unwind", incs[0].to_str().unwrap(), "--out", "o", "--shard", "0/2"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("incremental exports alone") && r.stderr.contains("hint:"), "{}", r.stderr);
+}
+
+/// The real AWS chain (one full export, two incremental ones, fewer data files than shards)
+/// sharded three ways commits what one run of it writes.
+#[test]
+fn the_real_chain_sharded_equals_one_run() {
+    let Some(root) = crate::common::real_export() else {
+        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--allow-gap", "--allow-mismatch"];
+    let single = tmp.path().join("single");
+    unwind(&[&root], &single, &args, 0);
+    let out = tmp.path().join("sharded");
+    shard_and_commit(&[&root], &out, 3, &args);
+    assert_same_output(&out, &single);
+    let (ra, rb) = (run_report(&out), run_report(&single));
+    assert_eq!((&ra["chain"], &ra["state"]), (&rb["chain"], &rb["state"]));
+}
