@@ -77,8 +77,6 @@ pub enum ShardError {
         "`--shard` splits a full export, alone or with its incremental exports; incremental exports alone are applied onto an output by one process"
     )]
     Chain,
-    #[error("`--shard` with `--mapping` splits a full export, not its incremental exports yet")]
-    MappedChain,
     #[error("shard {shard} cannot write yet: the shape files of shard{} {missing} of {count} are missing from `{dir}`", if .missing.contains(',') { "s" } else { "" })]
     MissingInfer { shard: Shard, missing: String, count: u32, dir: String },
     #[error("`{path}` was written for another run (another export, shard count or options) than shard {shard}")]
@@ -109,9 +107,6 @@ impl ShardError {
             ShardError::Chain => {
                 "shard the full export with its incremental exports (`etl unwind FULL INC… --shard I/N`), or apply the incremental exports onto the output with one `etl unwind INC… --out DIR`".into()
             }
-            ShardError::MappedChain => {
-                "shard the full export with the mapping, commit it, then apply the incremental exports onto the output with one `etl unwind INC… --mapping … --out DIR`".into()
-            }
             ShardError::MissingInfer { count, .. } => format!(
                 "run `etl unwind … --shard I/{count} --phase infer` for every shard first; the write phase needs all of their shapes"
             ),
@@ -135,10 +130,7 @@ impl ShardError {
 
     /// Refusals of what is on disk (exit 1); usage errors exit 2.
     pub fn is_policy(&self) -> bool {
-        !matches!(
-            self,
-            ShardError::ObjectDelta { .. } | ShardError::NotFiles { .. } | ShardError::Chain | ShardError::MappedChain
-        )
+        !matches!(self, ShardError::ObjectDelta { .. } | ShardError::NotFiles { .. } | ShardError::Chain)
     }
 }
 
@@ -268,6 +260,41 @@ pub struct ShardManifest {
     /// What the shard's files showed of the chain's changes (chain runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<ChainSeen>,
+    /// A chain run's mapping files (path, text), in load order: the commit routes the chain's
+    /// changes with the mapping the shards used (the run key holds its hash).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mapping_files: Vec<(std::path::PathBuf, String)>,
+}
+
+/// The texts of a mapping's files, for a chain run's commit.
+fn mapping_texts(settings: &UnwindSettings) -> Result<Vec<(std::path::PathBuf, String)>, UnwindError> {
+    let Some(m) = settings.mapping.as_deref() else { return Ok(Vec::new()) };
+    m.files
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p).map(|t| (p.clone(), t)).map_err(|source| UnwindError::Io {
+                action: "read",
+                path: p.display().to_string(),
+                source,
+            })
+        })
+        .collect()
+}
+
+/// The mapping the shards of a chain run used, compiled again from the texts they recorded, if
+/// it is the one their run key names.
+fn recorded_mapping(files: &[(std::path::PathBuf, String)], hash: &str) -> Result<crate::mapping::Mapping, String> {
+    use md5::Digest as _;
+    let mut h = md5::Md5::new();
+    for (_, t) in files {
+        h.update(t.as_bytes());
+    }
+    if crate::source::md5_base64_digest(&h.finalize()) != hash {
+        return Err("the mapping files the shards recorded are not the mapping their run names".into());
+    }
+    let texts = files.iter().map(|(path, text)| crate::mapping::MappingText { path: path.clone(), text: text.clone() });
+    crate::mapping::compile(texts.collect(), Vec::new())
+        .map_err(|e| format!("the shards' mapping does not compile: {e}"))
 }
 
 /// [`ChainRead`] as a shard records it: the final changes (by their index in the reduce every
@@ -326,10 +353,6 @@ fn reduce_chain(
         Err(ChainError::NoFullExport { .. }) => return Err(ShardError::Chain.into()),
         c => c.map_err(SourceError::from)?,
     };
-    // The commit has no mapping to route the chain's changes with as the shards did.
-    if chain.is_some() && settings.mapping.is_some() {
-        return Err(ShardError::MappedChain.into());
-    }
     chain
         .map(|c| {
             Applier::reduce(
@@ -499,6 +522,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
             keep_base: 0,
         },
         chain: applier.as_ref().map(|_| ChainSeen::of(&read.chain)),
+        mapping_files: if applier.is_some() { mapping_texts(settings)? } else { Vec::new() },
     };
     let dir = folder.publish(&to_json(&manifest, "shard.json")?)?;
     progress.set_phase(super::Phase::Done);
@@ -627,6 +651,10 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         key.settings(target).map_err(|e| inconsistent(format!("a recorded source does not parse: {e}")))?;
     settings.threads = first.threads;
     settings.aws = aws.clone();
+    // A chain's changes are routed with the shards' mapping.
+    if let (true, Some(hash)) = (key.chain, &key.mapping) {
+        settings.mapping = Some(Arc::new(recorded_mapping(&first.mapping_files, hash).map_err(&inconsistent)?));
+    }
 
     let mut sink = sink::open(
         target,

@@ -392,6 +392,18 @@ fn a_chain_shards_and_its_commit_equals_one_run_of_the_chain() {
         assert_eq!(ra["chain"], rb["chain"], "{n} shards");
         assert_eq!(ra["state"], rb["state"], "{n} shards");
     }
+    // With a mapping: the commit routes the changes with the mapping the shards recorded.
+    let mapping = crate::common::root().join("mappings/ecommerce.toml");
+    let args = ["--mapping", mapping.to_str().unwrap()];
+    let mapped_single = tmp.path().join("mapped-single");
+    unwind(&sources, &mapped_single, &args, 0);
+    let mapped = tmp.path().join("mapped-sharded");
+    shard_and_commit(&sources, &mapped, 3, &args);
+    assert_same_output(&mapped, &mapped_single);
+    let (ra, rb) = (run_report(&mapped), run_report(&mapped_single));
+    assert_eq!((&ra["chain"], &ra["state"]), (&rb["chain"], &rb["state"]));
+    assert!(rb["state"]["mapping_hash"].is_string(), "{}", rb["state"]);
+    assert_ne!(rb["chain"], run_report(&single)["chain"], "the mapping names other tables");
     // Delta tables: one commit per table, the same rows.
     let delta = tmp.path().join("delta");
     let one_delta = tmp.path().join("one-delta");
