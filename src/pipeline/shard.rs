@@ -674,6 +674,19 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         Some(c) => Some(crate::state::of_chain(&plan.exports, &c, &[], key.mapping.clone())),
         None => None,
     };
+    // A chain the output already holds: the commit is a no-op, as one run's re-run is, and the
+    // shards (of a run whose result is already published) go.
+    if let Some(next) = &chain_state
+        && let Some(prev) = apply::previous_state(target, sink.as_ref())?
+        && crate::state::compare(&prev, next, &shown)? == crate::state::Compared::AlreadyApplied
+    {
+        drop(sink);
+        if let Err(e) = area.remove_all() {
+            tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the shards");
+        }
+        let ids = next.applied.iter().map(|a| format!("`{}`", a.export_id)).collect::<Vec<_>>();
+        return Err(UnwindError::UpToDate { out: shown.clone(), exports: format!("exports {}", ids.join(", ")) });
+    }
     let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws)?;
     let scratch = sink.scratch().to_owned();
     let applier = reduce_chain(&mut plan, &settings, &scratch)?;

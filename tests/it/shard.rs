@@ -392,6 +392,19 @@ fn a_chain_shards_and_its_commit_equals_one_run_of_the_chain() {
         assert_eq!(ra["chain"], rb["chain"], "{n} shards");
         assert_eq!(ra["state"], rb["state"], "{n} shards");
     }
+    // The same chain sharded again onto its output: the commit is a no-op, as a re-run is.
+    let out = tmp.path().join("sharded-2");
+    let before = std::fs::read(out.join("_etl/run.json")).unwrap();
+    for phase in ["infer", "write"] {
+        for i in 0..2 {
+            unwind(&sources, &out, &["--shard", &format!("{i}/2"), "--phase", phase], 0);
+        }
+    }
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("already"), "{}", r.stderr);
+    assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), before, "nothing was published");
+    assert!(!out.join("_etl/shards").exists(), "the shards of the no-op run are gone");
     // With a mapping: the commit routes the changes with the mapping the shards recorded.
     let mapping = crate::common::root().join("mappings/ecommerce.toml");
     let args = ["--mapping", mapping.to_str().unwrap()];
