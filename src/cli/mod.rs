@@ -186,7 +186,7 @@ pub struct UnwindArgs {
     /// output. Run `--phase infer` for every shard first (the shards agree on the tables' types
     /// from it), then the write phase for every shard, then the commit. `--out` is a folder all
     /// shards and the commit see (a shared file system for a job array), or an `s3://` prefix
-    /// (Parquet only: the commit copies the shards' files server-side). A full export with its
+    /// (the commit copies the shards' files server-side). A full export with its
     /// incremental exports shards as one plan (each shard reads every incremental export).
     #[arg(long, value_name = "I/N")]
     pub shard: Option<crate::source::shard::Shard>,

@@ -69,8 +69,6 @@ pub struct ShardRun {
 /// Why a sharded run or a commit refused to go on. Nothing was published.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
-    #[error("`--shard` with `--format delta` writes to a local or shared folder, not to `{target}`")]
-    ObjectDelta { target: String },
     #[error("`--shard` splits exports and data files; `{source_name}` cannot be split between machines")]
     NotFiles { source_name: String },
     #[error(
@@ -100,9 +98,6 @@ pub enum ShardError {
 impl ShardError {
     pub fn hint(&self) -> Option<String> {
         Some(match self {
-            ShardError::ObjectDelta { .. } => {
-                "shard into a folder every shard and the commit see (a shared file system for a job array), or write Parquet to `s3://`".into()
-            }
             ShardError::NotFiles { .. } => "run the unwind in one process, without `--shard`".into(),
             ShardError::Chain => {
                 "shard the full export with its incremental exports (`etl unwind FULL INC… --shard I/N`), or apply the incremental exports onto the output with one `etl unwind INC… --out DIR`".into()
@@ -130,7 +125,7 @@ impl ShardError {
 
     /// Refusals of what is on disk (exit 1); usage errors exit 2.
     pub fn is_policy(&self) -> bool {
-        !matches!(self, ShardError::ObjectDelta { .. } | ShardError::NotFiles { .. } | ShardError::Chain)
+        !matches!(self, ShardError::NotFiles { .. } | ShardError::Chain)
     }
 }
 
@@ -406,10 +401,7 @@ fn list_shards(v: &[u32]) -> String {
 }
 
 /// The shards' area of a sharded run's output.
-fn area_of(target: &Target, aws: &AwsOptions, delta: bool) -> Result<ShardArea, UnwindError> {
-    if let (Target::Object(url), true) = (target, delta) {
-        return Err(ShardError::ObjectDelta { target: url.to_string() }.into());
-    }
+fn area_of(target: &Target, aws: &AwsOptions) -> Result<ShardArea, UnwindError> {
     Ok(ShardArea::open(target, aws)?)
 }
 
@@ -420,7 +412,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     if let Some(l) = settings.sources.iter().find(|l| matches!(l, Location::Stdin | Location::DynamoDb { .. })) {
         return Err(ShardError::NotFiles { source_name: l.to_string() }.into());
     }
-    let area = area_of(&settings.target, &settings.aws, settings.format == Format::Delta)?;
+    let area = area_of(&settings.target, &settings.aws)?;
     let folder = area.attempt(run.shard, writer_properties(settings.row_groups.rows))?;
     let scratch = folder.scratch().to_owned();
     let mut plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(super::SCAN_SPOOL))?;
@@ -580,8 +572,7 @@ fn agreed_shapes(area: &ShardArea, shard: Shard, fingerprint: &str) -> Result<(A
 /// count shard 0 ran with (the commit itself moves no data).
 pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
     let started = Instant::now();
-    // Only Parquet shards can be on an object store: a Delta commit there is refused below.
-    let area = area_of(target, aws, false)?;
+    let area = area_of(target, aws)?;
     let shown = area.shown();
     let listing = area.list()?;
     if listing.shards.is_empty() {
@@ -617,9 +608,6 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     let inconsistent = |reason: String| UnwindError::from(ShardError::Inconsistent { out: shown.clone(), reason });
     let first = &manifests[0].1;
     let key = first.key.clone();
-    if let (Target::Object(url), true) = (target, key.delta) {
-        return Err(ShardError::ObjectDelta { target: url.to_string() }.into());
-    }
     // Everything but the part files derives from the merged shapes: the same in every shard.
     let shared = |m: &ShardManifest| serde_json::to_value(Written { tables: Vec::new(), ..m.written.clone() }).ok();
     let first_shared = shared(first);

@@ -151,13 +151,15 @@ pub enum ShardArea {
 pub type ShardPlace = String;
 
 impl ShardArea {
-    /// The shards' area of `target`. An object-store prefix must be empty or etl's own.
+    /// The shards' area of `target`. An object-store prefix must be empty or etl's own (Parquet
+    /// or Delta).
     pub fn open(target: &Target, aws: &AwsOptions) -> Result<ShardArea, SinkError> {
         match target {
             Target::Path(p) => Ok(ShardArea::Folder(p.clone())),
             Target::Object(url) => io_runtime().block_on(async {
                 let store = store::open(url, aws).await?;
-                super::object::refuse_foreign_but(&store, url, |_| false).await?;
+                // etl's Parquet objects, or its Delta tables.
+                super::object::refuse_foreign_but(&store, url, super::delta::object::is_delta_key).await?;
                 Ok(ShardArea::Prefix { store, url: url.clone() })
             }),
         }

@@ -15,7 +15,7 @@ use crate::aws::{Endpoint, Moto, aws_env, etl_aws, moto, paused_unwind_with, s, 
 use crate::common::*;
 
 /// `tests/interop/delta_read.py` over `s3://BUCKET/PREFIX` with moto's endpoint.
-fn delta_read(m: &Moto, out: &str, tables: &[String]) -> Json {
+pub(crate) fn delta_read(m: &Moto, out: &str, tables: &[String]) -> Json {
     let mut cmd = Command::new(&m.python);
     cmd.arg(root().join("tests/interop/delta_read.py")).arg(out).args(tables);
     aws_env(m, &mut cmd, Endpoint::Env);

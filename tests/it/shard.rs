@@ -176,14 +176,9 @@ fn what_is_not_one_complete_run_is_refused_and_nothing_is_published() {
     let single = tmp.path().join("single");
     unwind(&[&export], &single, &[], 0);
     assert_same_output(&out, &single);
-    // `--shard` of an index beyond the count, and Delta tables on an object store, are usage
-    // errors.
+    // `--shard` of an index beyond the count is a usage error.
     let r = etl(["unwind", export.to_str().unwrap(), "--out", "o", "--shard", "2/2"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    let args = ["unwind", export.to_str().unwrap(), "--out", "s3://b/o", "--shard", "0/2", "--format", "delta"];
-    let r = etl(args);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("with `--format delta` writes to a local or shared folder"), "{}", r.stderr);
 }
 
 #[test]

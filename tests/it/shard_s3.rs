@@ -96,6 +96,39 @@ fn shards_on_s3_commit_the_files_shards_in_a_folder_commit() {
     assert!(tables.len() > 2, "{tables:?}");
     assert_eq!(sql_rows(m, &out, &tables), sql_rows(m, s(&single), &tables));
 
+    // Delta tables on S3: the shards' files copied into the tables, one commit each.
+    let delta = format!("s3://{bucket}/delta/");
+    for phase in ["infer", "write"] {
+        for i in 0..2 {
+            let spec = format!("{i}/2");
+            etl_aws(
+                m,
+                &["unwind", &export, "--out", &delta, "--shard", &spec, "--phase", phase, "--format", "delta"],
+                0,
+            );
+        }
+    }
+    etl_aws(m, &["commit", &delta], 0);
+    let keys = s3_keys(m, &bucket, "delta/");
+    assert!(!keys.iter().any(|k| k.starts_with("delta/_etl/shards/")), "{keys:?}");
+    for t in &tables {
+        let log = format!("delta/{t}/_delta_log/00000000000000000000.json");
+        assert!(keys.contains(&log), "`{t}` is a Delta table of one commit: {keys:?}");
+    }
+    assert_eq!(sql_rows(m, &delta, &tables), sql_rows(m, s(&single), &tables));
+    let report = s3_report(m, &bucket, "delta/");
+    assert_eq!(report["reconciliation"], want["reconciliation"]);
+    // The Python `deltalake` package reads each table with the values pyarrow reads from one
+    // run's Parquet files, and pyarrow the same from the files the Delta log lists.
+    let read = crate::delta_s3::delta_read(m, &delta, &tables);
+    let names: Vec<&str> = tables.iter().map(String::as_str).collect();
+    let parquet = crate::interop::read_back(&m.python, &single, &names);
+    for t in &tables {
+        assert_eq!(read[t]["version"], 0, "{t}");
+        assert_eq!(read[t]["delta_rows"], parquet[t]["pyarrow_rows"], "deltalake values of {t}");
+        assert_eq!(read[t]["file_rows"], parquet[t]["pyarrow_rows"], "values of {t}'s listed files");
+    }
+
     // A missing shard is refused and nothing is published.
     let out2 = format!("s3://{bucket}/out2/");
     shard_s3(m, &export, &out2, 0, 2, "infer");

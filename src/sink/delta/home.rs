@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 
+use datafusion::arrow::datatypes::Schema;
 use deltalake::logstore::{LogStore, LogStoreFactory, LogStoreRef, ObjectStoreRef, StorageConfig, default_logstore};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableBuilder, DeltaTableError};
 use object_store::path::Path as ObjPath;
@@ -215,6 +216,37 @@ impl Home {
                 Ok(())
             }
         }
+    }
+
+    /// Copies the object `from` (a key of the output's own store) into the table as `name`,
+    /// server-side, and returns the Arrow schema in its footer. Only object stores hold such
+    /// files (a sharded run's parts).
+    #[allow(deprecated)] // `ParquetObjectReader` reads only the footer, all this needs.
+    pub fn place_stored(&self, from: &str, name: &str, table: &str) -> Result<Schema, SinkError> {
+        use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+        let Home::Object { store, url } = self else {
+            return Err(SinkError::Io {
+                action: "copy into",
+                path: self.shown(),
+                source: std::io::Error::other("a folder holds no stored files"),
+            });
+        };
+        let key = Home::key(url, name);
+        crate::store::io_runtime().block_on(async {
+            let from_key = ObjPath::from(from);
+            let reader = ParquetObjectReader::new(store.clone(), from_key.clone());
+            let schema = ParquetRecordBatchStreamBuilder::new(reader)
+                .await
+                .map_err(|source| SinkError::Part { table: table.to_owned(), path: url.url_of(from), source })?
+                .schema()
+                .as_ref()
+                .clone();
+            store
+                .copy(&from_key, &ObjPath::from(key.as_str()))
+                .await
+                .map_err(crate::sink::object::obj_err("copy", url, from))?;
+            Ok(schema)
+        })
     }
 
     /// Makes the placed files durable before a commit names them (a folder's entries; an

@@ -212,6 +212,19 @@ fn add_action(rel: String, path: &Path, rows: u64) -> Result<Add, SinkError> {
     })
 }
 
+/// The `add` action of a file copied into a table server-side (`bytes` long, `rows` rows).
+fn stored_add_action(rel: String, bytes: u64, rows: u64) -> Add {
+    Add {
+        path: rel,
+        partition_values: HashMap::new(),
+        size: bytes as i64,
+        modification_time: chrono::Utc::now().timestamp_millis(),
+        data_change: true,
+        stats: Some(format!("{{\"numRecords\":{rows}}}")),
+        ..Default::default()
+    }
+}
+
 fn sync(path: &Path) -> Result<(), SinkError> {
     fs::File::open(path).and_then(|f| f.sync_all()).map_err(SinkError::io("sync", path))
 }
@@ -264,6 +277,7 @@ impl Sink for DeltaSink {
             tag: &tag,
             run: &run,
             previous: previous.as_ref(),
+            stored: &BTreeMap::new(),
         };
         let placed = commit_tables(&tables, &mut manifest, schemas)?;
         // The exports read, kept for later applies, replace the previous ones once every table
@@ -310,6 +324,9 @@ pub(super) struct TablesCommit<'a> {
     pub run: &'a DeltaRun,
     /// The output's committed manifest before this run.
     pub previous: Option<&'a RunManifest>,
+    /// Part files already in the output's store (a sharded run's, [`Sink::keep_stored`]): the
+    /// manifest's path, the key they are copied from.
+    pub stored: &'a BTreeMap<String, String>,
 }
 
 /// What [`commit_tables`] committed.
@@ -328,7 +345,7 @@ pub(super) fn commit_tables(
     manifest: &mut RunManifest,
     schemas: &[TableSchema],
 ) -> Result<Placed, SinkError> {
-    let TablesCommit { home, staging, scratch, props, tag, run, previous } = *c;
+    let TablesCommit { home, staging, scratch, props, tag, run, previous, stored } = *c;
     let contracts: HashMap<&str, &TableSchema> = schemas.iter().map(|s| (s.table.as_str(), s)).collect();
     let mut files = 0;
     let mut bytes = 0;
@@ -338,7 +355,21 @@ pub(super) fn commit_tables(
         let at = home.join(&table.name);
         let path = at.shown();
         let staged: Vec<PathBuf> = table.files.iter().map(|f| staging.join(&f.path)).collect();
+        // Stored parts are copied into the table first; the schema is in their footers.
+        let mut copied: HashMap<usize, Schema> = HashMap::new();
+        let mut names = Vec::with_capacity(table.files.len());
+        for (i, f) in table.files.iter().enumerate() {
+            let name = Path::new(&f.path)
+                .file_stem()
+                .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
+                .unwrap_or_else(|| format!("part-{tag}.parquet"));
+            if let Some(from) = stored.get(&f.path) {
+                copied.insert(i, home.join(&table.name).place_stored(from, &name, &table.name)?);
+            }
+            names.push(name);
+        }
         let schema = match (staged.first(), contracts.get(table.name.as_str())) {
+            (Some(_), _) if copied.contains_key(&0) => copied[&0].clone(),
             (Some(p), _) => written_schema(p, &table.name)?,
             (None, Some(c)) => c.arrow_schema(),
             (None, None) => (*crate::normalize::rejects_schema()).clone(),
@@ -402,14 +433,14 @@ pub(super) fn commit_tables(
         }
         at.create()?;
         let mut adds = Vec::with_capacity(table.files.len());
-        for (f, from) in table.files.iter_mut().zip(&staged) {
-            let file_name = Path::new(&f.path)
-                .file_stem()
-                .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
-                .unwrap_or_else(|| format!("part-{tag}.parquet"));
-            // The action from the staged file: the same bytes wherever they go.
-            adds.push(Action::Add(add_action(file_name.clone(), from, f.rows)?));
-            at.place(from, &file_name)?;
+        for (i, ((f, from), file_name)) in table.files.iter_mut().zip(&staged).zip(names).enumerate() {
+            if copied.contains_key(&i) {
+                adds.push(Action::Add(stored_add_action(file_name.clone(), f.bytes, f.rows)));
+            } else {
+                // The action from the staged file: the same bytes wherever they go.
+                adds.push(Action::Add(add_action(file_name.clone(), from, f.rows)?));
+                at.place(from, &file_name)?;
+            }
             f.path = format!("{}/{file_name}", table.name);
             files += 1;
             bytes += f.bytes;

@@ -49,11 +49,13 @@ pub struct DeltaObjectSink {
     props: WriterProperties,
     tag: String,
     run: DeltaRun,
+    /// Part files already in the store ([`Sink::keep_stored`]): path, key.
+    stored: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 /// Whether `rel` (a key under the output prefix) is one a Delta output of etl writes: a table's
 /// log, or a data file of a table.
-fn is_delta_key(rel: &str) -> bool {
+pub(in crate::sink) fn is_delta_key(rel: &str) -> bool {
     let mut parts = rel.split('/');
     match (parts.next(), parts.next()) {
         (Some(table), Some(second)) if !table.is_empty() => {
@@ -87,7 +89,17 @@ impl DeltaObjectSink {
         let root = scratch_root()?;
         let local = LocalSink::create(&root.dir.join("out"), false, props.clone())?;
         let tag = super::run_tag();
-        Ok(DeltaObjectSink { local, url, root, store, head, props, tag, run: DeltaRun::default() })
+        Ok(DeltaObjectSink {
+            local,
+            url,
+            root,
+            store,
+            head,
+            props,
+            tag,
+            run: DeltaRun::default(),
+            stored: Default::default(),
+        })
     }
 }
 
@@ -112,6 +124,11 @@ impl Sink for DeltaObjectSink {
         keep_object_input(&self.store, &self.url, rel, from, from_url)
     }
 
+    fn keep_stored(&self, rel: &str, key: &str) -> Result<bool, SinkError> {
+        self.stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(rel.to_owned(), key.to_owned());
+        Ok(true)
+    }
+
     fn previous(&self) -> Option<&RunManifest> {
         self.head.as_ref().and_then(|h| h.manifest.as_deref())
     }
@@ -125,7 +142,8 @@ impl Sink for DeltaObjectSink {
         mut manifest: RunManifest,
         schemas: &[TableSchema],
     ) -> Result<(RunManifest, Committed), SinkError> {
-        let DeltaObjectSink { local, url, root, store, head, props, tag, run } = *self;
+        let DeltaObjectSink { local, url, root, store, head, props, tag, run, stored } = *self;
+        let stored = stored.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
         let previous = head.as_ref().and_then(|h| h.manifest.as_deref()).cloned();
         let staging = local.finish(&mut manifest, schemas)?;
         let scratch: PathBuf = root.dir.join("delta");
@@ -141,6 +159,7 @@ impl Sink for DeltaObjectSink {
                 tag: &tag,
                 run: &run,
                 previous: previous.as_ref(),
+                stored: &stored,
             };
             let placed = commit_tables(&tables, &mut manifest, schemas)?;
             record_versions(&mut manifest, previous.as_ref(), placed.versions);
