@@ -10,7 +10,9 @@
 # `--format delta` the commit time and the Delta log's size.
 # Environment: CARGO_TARGET_DIR, BENCH_DIR (work folder; default a temporary one, removed at
 # the end), BENCH_FILES (data files, default 8), BENCH_SEED (default 1), BENCH_THREADS (threads
-# per process, default the CPU count).
+# per process, default the CPU count), BENCH_INCREMENTALS (incremental exports after the full
+# one, default 0: with K > 0 the sharded and the single run unwind the whole chain) and
+# BENCH_CHANGE_PERCENT (items each incremental export changes, default 1).
 set -euo pipefail
 export LC_ALL=C
 
@@ -22,6 +24,8 @@ SHARDS="${2:-4}"
 FILES="${BENCH_FILES:-8}"
 SEED="${BENCH_SEED:-1}"
 THREADS="${BENCH_THREADS:-$(nproc)}"
+INCS="${BENCH_INCREMENTALS:-0}"
+CHANGE="${BENCH_CHANGE_PERCENT:-1}"
 
 log() { echo "bench: $*" >&2; }
 if ! /usr/bin/time --version 2>&1 | grep -q GNU; then
@@ -37,9 +41,14 @@ else
     trap 'rm -rf "$WORK"' EXIT
 fi
 EXPORT="$WORK/export-$ITEMS"
+CHAIN=()
+if [ "$INCS" -gt 0 ]; then
+    EXPORT="$WORK/chain-$ITEMS-$INCS-$CHANGE"
+    CHAIN=(--incrementals "$INCS" --change-percent "$CHANGE")
+fi
 if ! ls "$EXPORT"/AWSDynamoDB/*/manifest-summary.json >/dev/null 2>&1; then
-    log "generating $ITEMS items in $FILES files into $EXPORT"
-    "$ETL" sample --out "$EXPORT" --items "$ITEMS" --files "$FILES" --seed "$SEED" >&2
+    log "generating $ITEMS items in $FILES files into $EXPORT ${CHAIN[*]}"
+    "$ETL" sample --out "$EXPORT" --items "$ITEMS" --files "$FILES" --seed "$SEED" "${CHAIN[@]}" >&2
 fi
 cat "$EXPORT"/AWSDynamoDB/*/data/* >/dev/null
 
@@ -97,7 +106,7 @@ run_all() { # FORMAT
 run_all parquet
 run_all delta
 
-python3 - "$WORK/times" "$WORK/counts" "$ITEMS" "$SHARDS" "$WORK/spans" <<'EOF'
+python3 - "$WORK/times" "$WORK/counts" "$ITEMS" "$SHARDS" "$WORK/spans" "$INCS" <<'EOF'
 import sys
 times = {}
 for line in open(sys.argv[1]):
@@ -108,7 +117,7 @@ for line in open(sys.argv[5]):
     label, start, end = line.split()
     times[label] = (float(end) - float(start), 0.0, 0)
 items, n = int(sys.argv[3]), int(sys.argv[4])
-print(f"{items:,} items, {n} shards")
+print(f"{items:,} items, {n} shards" + (f", a chain of {sys.argv[6]} incremental exports" if sys.argv[6] != "0" else ""))
 print(f"{'':28} {'wall s':>8} {'cpu s':>8} {'RSS MiB':>8}")
 for fmt in ("parquet", "delta"):
     s = times[f"{fmt}.single"]

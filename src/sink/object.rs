@@ -58,6 +58,9 @@ use crate::store::{self, ObjectUrl, StoreError, io_runtime};
 
 /// Uploads in flight at once.
 const CONCURRENT_UPLOADS: usize = 4;
+/// Server-side copies in flight at once (a sharded commit's part files): no bytes go through
+/// this machine, so more of them than uploads.
+pub(in crate::sink) const CONCURRENT_COPIES: usize = 32;
 /// Files larger than this are sent as multipart uploads.
 const MULTIPART_BYTES: u64 = 16 * 1024 * 1024;
 /// Where runs keep their own objects: `_etl/runs/<run-id>/…`.
@@ -542,7 +545,7 @@ impl<'a> Publish<'a> {
                     .map_err(obj_err("copy", url, &from))
             }
         }))
-        .buffer_unordered(CONCURRENT_UPLOADS)
+        .buffer_unordered(CONCURRENT_COPIES)
         .try_collect::<Vec<()>>()
         .await;
         if let Err(e) = copied {

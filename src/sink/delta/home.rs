@@ -218,12 +218,15 @@ impl Home {
         }
     }
 
-    /// Copies the object `from` (a key of the output's own store) into the table as `name`,
-    /// server-side, and returns the Arrow schema in its footer. Only object stores hold such
-    /// files (a sharded run's parts).
+    /// Copies the objects `files` (`(from, name)`: a key of the output's own store, the file's
+    /// name in the table) into the table, server-side and a few dozen at once, and returns the
+    /// Arrow schema in the first one's footer. Only object stores hold such files (a sharded
+    /// run's parts).
     #[allow(deprecated)] // `ParquetObjectReader` reads only the footer, all this needs.
-    pub fn place_stored(&self, from: &str, name: &str, table: &str) -> Result<Schema, SinkError> {
+    pub fn place_stored(&self, files: &[(String, String)], table: &str) -> Result<Option<Schema>, SinkError> {
         use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+        use futures::{StreamExt as _, TryStreamExt as _};
+        let Some((first, _)) = files.first() else { return Ok(None) };
         let Home::Object { store, url } = self else {
             return Err(SinkError::Io {
                 action: "copy into",
@@ -231,21 +234,25 @@ impl Home {
                 source: std::io::Error::other("a folder holds no stored files"),
             });
         };
-        let key = Home::key(url, name);
         crate::store::io_runtime().block_on(async {
-            let from_key = ObjPath::from(from);
-            let reader = ParquetObjectReader::new(store.clone(), from_key.clone());
+            let reader = ParquetObjectReader::new(store.clone(), ObjPath::from(first.as_str()));
             let schema = ParquetRecordBatchStreamBuilder::new(reader)
                 .await
-                .map_err(|source| SinkError::Part { table: table.to_owned(), path: url.url_of(from), source })?
+                .map_err(|source| SinkError::Part { table: table.to_owned(), path: url.url_of(first), source })?
                 .schema()
                 .as_ref()
                 .clone();
-            store
-                .copy(&from_key, &ObjPath::from(key.as_str()))
-                .await
-                .map_err(crate::sink::object::obj_err("copy", url, from))?;
-            Ok(schema)
+            futures::stream::iter(files.iter().map(|(from, name)| async move {
+                let to = ObjPath::from(Home::key(url, name).as_str());
+                store
+                    .copy(&ObjPath::from(from.as_str()), &to)
+                    .await
+                    .map_err(crate::sink::object::obj_err("copy", url, from))
+            }))
+            .buffer_unordered(crate::sink::object::CONCURRENT_COPIES)
+            .try_collect::<Vec<()>>()
+            .await?;
+            Ok(Some(schema))
         })
     }
 

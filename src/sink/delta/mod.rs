@@ -355,24 +355,38 @@ pub(super) fn commit_tables(
         let at = home.join(&table.name);
         let path = at.shown();
         let staged: Vec<PathBuf> = table.files.iter().map(|f| staging.join(&f.path)).collect();
-        // Stored parts are copied into the table first; the schema is in their footers.
-        let mut copied: HashMap<usize, Schema> = HashMap::new();
-        let mut names = Vec::with_capacity(table.files.len());
-        for (i, f) in table.files.iter().enumerate() {
-            let name = Path::new(&f.path)
-                .file_stem()
-                .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
-                .unwrap_or_else(|| format!("part-{tag}.parquet"));
-            if let Some(from) = stored.get(&f.path) {
-                copied.insert(i, home.join(&table.name).place_stored(from, &name, &table.name)?);
-            }
-            names.push(name);
+        let names: Vec<String> = table
+            .files
+            .iter()
+            .map(|f| {
+                Path::new(&f.path)
+                    .file_stem()
+                    .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
+                    .unwrap_or_else(|| format!("part-{tag}.parquet"))
+            })
+            .collect();
+        // Stored parts (a sharded run's, all of a table's or none) are copied into the table
+        // first; the schema is in their footers.
+        let copies: Vec<(String, String)> = table
+            .files
+            .iter()
+            .zip(&names)
+            .filter_map(|(f, name)| stored.get(&f.path).map(|from| (from.clone(), name.clone())))
+            .collect();
+        let copied = copies.len() == table.files.len() && !copies.is_empty();
+        if !copies.is_empty() && !copied {
+            return Err(SinkError::Io {
+                action: "commit",
+                path: path.clone(),
+                source: std::io::Error::other("a table of both stored and staged part files"),
+            });
         }
-        let schema = match (staged.first(), contracts.get(table.name.as_str())) {
-            (Some(_), _) if copied.contains_key(&0) => copied[&0].clone(),
-            (Some(p), _) => written_schema(p, &table.name)?,
-            (None, Some(c)) => c.arrow_schema(),
-            (None, None) => (*crate::normalize::rejects_schema()).clone(),
+        let stored_schema = home.join(&table.name).place_stored(&copies, &table.name)?;
+        let schema = match (stored_schema, staged.first(), contracts.get(table.name.as_str())) {
+            (Some(s), _, _) => s,
+            (None, Some(p), _) => written_schema(p, &table.name)?,
+            (None, None, Some(c)) => c.arrow_schema(),
+            (None, None, None) => (*crate::normalize::rejects_schema()).clone(),
         };
         let open = |source| DeltaError::Open {
             table: table.name.clone(),
@@ -433,8 +447,8 @@ pub(super) fn commit_tables(
         }
         at.create()?;
         let mut adds = Vec::with_capacity(table.files.len());
-        for (i, ((f, from), file_name)) in table.files.iter_mut().zip(&staged).zip(names).enumerate() {
-            if copied.contains_key(&i) {
+        for ((f, from), file_name) in table.files.iter_mut().zip(&staged).zip(names) {
+            if copied {
                 adds.push(Action::Add(stored_add_action(file_name.clone(), f.bytes, f.rows)));
             } else {
                 // The action from the staged file: the same bytes wherever they go.
