@@ -282,31 +282,23 @@ fn the_kubernetes_recipe_run_as_local_processes_equals_one_run() {
     assert_same_output(&out, &single);
 }
 
+/// `etl sample --incrementals 2 --change-percent 20` of `users` users in 5 files into `dir`: the
+/// full export and the incremental ones, in window order.
+fn generated_chain(dir: &Path, users: &str, seed: &str, extra: &[&str]) -> (PathBuf, Vec<PathBuf>) {
+    let mut args = vec!["sample", "--out", dir.to_str().unwrap(), "--users", users, "--files", "5", "--seed", seed];
+    args.extend_from_slice(&["--incrementals", "2", "--change-percent", "20"]);
+    args.extend_from_slice(extra);
+    let r = etl(args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    crate::common::sample_chain(dir)
+}
+
 /// A sharded output keeps its export in `_etl/base/` as one run does, so incremental exports
 /// apply onto it: the result equals the same chain applied onto one run's output.
 #[test]
 fn incremental_exports_apply_onto_a_committed_sharded_output() {
     let tmp = tempfile::tempdir().unwrap();
-    let chain = tmp.path().join("chain");
-    let r = etl([
-        "sample",
-        "--out",
-        chain.to_str().unwrap(),
-        "--users",
-        "60",
-        "--files",
-        "5",
-        "--seed",
-        "7",
-        "--incrementals",
-        "2",
-        "--change-percent",
-        "20",
-        "--format",
-        "dynamodb-json",
-    ]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let (full, incs) = crate::common::sample_chain(&chain);
+    let (full, incs) = generated_chain(&tmp.path().join("chain"), "60", "7", &["--format", "dynamodb-json"]);
     let inc_refs: Vec<&Path> = incs.iter().map(PathBuf::as_path).collect();
 
     let single = tmp.path().join("single");
@@ -354,24 +346,7 @@ fn shard_and_commit(sources: &[&Path], out: &Path, n: u32, extra: &[&str]) {
 #[test]
 fn a_chain_shards_and_its_commit_equals_one_run_of_the_chain() {
     let tmp = tempfile::tempdir().unwrap();
-    let chain = tmp.path().join("chain");
-    let r = etl([
-        "sample",
-        "--out",
-        chain.to_str().unwrap(),
-        "--users",
-        "80",
-        "--files",
-        "5",
-        "--seed",
-        "9",
-        "--incrementals",
-        "2",
-        "--change-percent",
-        "20",
-    ]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let (full, incs) = crate::common::sample_chain(&chain);
+    let (full, incs) = generated_chain(&tmp.path().join("chain"), "80", "9", &[]);
     let mut sources: Vec<&Path> = vec![&full];
     sources.extend(incs.iter().map(PathBuf::as_path));
     let single = tmp.path().join("single");
