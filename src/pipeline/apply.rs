@@ -85,6 +85,19 @@ pub fn previous_state(target: &Target, sink: &dyn Sink) -> Result<Option<RunStat
     Ok(previous_manifest(target, sink)?.and_then(|m| m.state))
 }
 
+/// Refuses with [`UnwindError::UpToDate`] (exit 0, nothing done) when the output at `target`
+/// already holds every export of the chain state `next`; an older chain is refused as
+/// [`state::compare`] says.
+pub fn refuse_up_to_date(target: &Target, sink: &dyn Sink, next: &RunState) -> Result<(), UnwindError> {
+    let out = target.to_string();
+    if let Some(prev) = previous_state(target, sink)?
+        && state::compare(&prev, next, &out)? == Compared::AlreadyApplied
+    {
+        return Err(UnwindError::up_to_date(out, next.applied.iter().map(|a| a.export_id.as_str())));
+    }
+    Ok(())
+}
+
 /// The committed `_etl/run.json` of the output at `target`, if it has one.
 fn previous_manifest(target: &Target, sink: &dyn Sink) -> Result<Option<RunManifest>, UnwindError> {
     match target {
@@ -144,11 +157,7 @@ pub fn prepare(
     });
     let named: Vec<AppliedExport> = plan.exports.iter().map(AppliedExport::of).collect();
     if state::compare_named(&prev, &named, &out_text)? == Compared::AlreadyApplied {
-        let ids = named.iter().map(|a| format!("`{}`", a.export_id)).collect::<Vec<_>>();
-        return Err(UnwindError::UpToDate {
-            out: out_text,
-            exports: format!("export{} {}", if ids.len() == 1 { "" } else { "s" }, ids.join(", ")),
-        });
+        return Err(UnwindError::up_to_date(out_text, named.iter().map(|a| a.export_id.as_str())));
     }
     let held: Vec<(String, String)> = base.exports.iter().map(|e| (export_id(e), e.summary_md5.clone())).collect();
     let named = plan.retain_exports(|e| !held.iter().any(|(id, md5)| *id == export_id(e) && *md5 == e.summary_md5));
@@ -303,13 +312,7 @@ fn base_clash(plan: &Plan, url: &ObjectUrl, aws: &AwsOptions) -> Result<Option<S
         let Some(folder) = base_folder(e) else { continue };
         let key = format!("{}{BASE_DIR}/{folder}/manifest-summary.json", url.dir_prefix());
         let shown = url.url_of(&key);
-        let got = rt.block_on(async {
-            match store.get(&ObjPath::from(key.as_str())).await {
-                Ok(r) => r.bytes().await.map(Some),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        });
+        let got = rt.block_on(crate::store::get_if_exists(store.as_ref(), &ObjPath::from(key.as_str())));
         match got {
             Ok(Some(bytes)) if crate::source::md5_base64(&bytes) != e.summary_md5 => {
                 return Ok(Some(url.url_of(&format!("{}{BASE_DIR}/{folder}/", url.dir_prefix()))));

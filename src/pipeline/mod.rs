@@ -194,6 +194,15 @@ impl UnwindError {
     }
 }
 
+impl UnwindError {
+    /// [`UnwindError::UpToDate`]: `out` already holds the exports `ids`.
+    pub(crate) fn up_to_date<'a>(out: String, ids: impl ExactSizeIterator<Item = &'a str>) -> UnwindError {
+        let plural = if ids.len() == 1 { "" } else { "s" };
+        let ids: Vec<String> = ids.map(|id| format!("`{id}`")).collect();
+        UnwindError::UpToDate { out, exports: format!("export{plural} {}", ids.join(", ")) }
+    }
+}
+
 impl pool::PoolError for UnwindError {
     fn cancelled() -> Self {
         UnwindError::Cancelled
@@ -233,16 +242,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         Some(c) => {
             let hash = settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files));
             let next = crate::state::of_chain(&plan.exports, c, &[], hash);
-            let out = settings.target.to_string();
-            if let Some(prev) = apply::previous_state(&settings.target, sink.as_ref())?
-                && crate::state::compare(&prev, &next, &out)? == crate::state::Compared::AlreadyApplied
-            {
-                let exports = next.applied.iter().map(|a| format!("`{}`", a.export_id)).collect::<Vec<_>>();
-                return Err(UnwindError::UpToDate {
-                    out,
-                    exports: format!("export{} {}", if exports.len() == 1 { "" } else { "s" }, exports.join(", ")),
-                });
-            }
+            apply::refuse_up_to_date(&settings.target, sink.as_ref(), &next)?;
             Some(next)
         }
         None => None,

@@ -42,7 +42,7 @@ use crate::sink::manifest::{EntityReport, FileReport, MappingReport, TableReport
 use crate::sink::parquet::{part_path, writer_properties};
 use crate::sink::shard::{ShardArea, ShardPlace};
 use crate::sink::{self, Format, SinkSettings};
-use crate::source::chain::ChainError;
+use crate::source::chain::{Chain, ChainError};
 use crate::source::shard::Shard;
 use crate::source::{self, Plan, SourceError};
 use crate::store::{Location, Target};
@@ -279,12 +279,7 @@ fn mapping_texts(settings: &UnwindSettings) -> Result<Vec<(std::path::PathBuf, S
 /// The mapping the shards of a chain run used, compiled again from the texts they recorded, if
 /// it is the one their run key names.
 fn recorded_mapping(files: &[(std::path::PathBuf, String)], hash: &str) -> Result<crate::mapping::Mapping, String> {
-    use md5::Digest as _;
-    let mut h = md5::Md5::new();
-    for (_, t) in files {
-        h.update(t.as_bytes());
-    }
-    if crate::source::md5_base64_digest(&h.finalize()) != hash {
+    if crate::state::mapping_hash_of(files.iter().map(|(_, t)| t.as_bytes())) != hash {
         return Err("the mapping files the shards recorded are not the mapping their run names".into());
     }
     let texts = files.iter().map(|(path, text)| crate::mapping::MappingText { path: path.clone(), text: text.clone() });
@@ -337,17 +332,23 @@ impl ChainSeen {
     }
 }
 
-/// The chain the plan's exports form, reduced as one run reduces it (every shard and the commit
-/// read every incremental export): appends the file of current images to `plan`.
+/// The chain the plan's exports form, if they form one; incremental exports alone are not
+/// sharded.
+fn chain_of(plan: &Plan, settings: &UnwindSettings) -> Result<Option<Chain>, UnwindError> {
+    match source::chain::order(plan, settings.allow_gap) {
+        Err(ChainError::NoFullExport { .. }) => Err(ShardError::Chain.into()),
+        c => Ok(c.map_err(SourceError::from)?),
+    }
+}
+
+/// `chain` reduced as one run reduces it (every shard and the commit read every incremental
+/// export): appends the file of current images to `plan`.
 fn reduce_chain(
+    chain: Option<Chain>,
     plan: &mut Plan,
     settings: &UnwindSettings,
     scratch: &std::path::Path,
 ) -> Result<Option<Applier>, UnwindError> {
-    let chain = match source::chain::order(plan, settings.allow_gap) {
-        Err(ChainError::NoFullExport { .. }) => return Err(ShardError::Chain.into()),
-        c => c.map_err(SourceError::from)?,
-    };
     chain
         .map(|c| {
             Applier::reduce(
@@ -400,11 +401,6 @@ fn list_shards(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// The shards' area of a sharded run's output.
-fn area_of(target: &Target, aws: &AwsOptions) -> Result<ShardArea, UnwindError> {
-    Ok(ShardArea::open(target, aws)?)
-}
-
 /// Runs one phase of one shard.
 pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Result<ShardSummary, UnwindError> {
     let started = Instant::now();
@@ -412,7 +408,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     if let Some(l) = settings.sources.iter().find(|l| matches!(l, Location::Stdin | Location::DynamoDb { .. })) {
         return Err(ShardError::NotFiles { source_name: l.to_string() }.into());
     }
-    let area = area_of(&settings.target, &settings.aws)?;
+    let area = ShardArea::open(&settings.target, &settings.aws)?;
     let folder = area.attempt(run.shard, writer_properties(settings.row_groups.rows))?;
     let scratch = folder.scratch().to_owned();
     let mut plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(super::SCAN_SPOOL))?;
@@ -421,12 +417,11 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     {
         return Err(UnwindError::StrictMismatch(first));
     }
-    let files_read = files_key(&plan);
+    let chain = chain_of(&plan, settings)?;
+    let key = RunKey::of(&plan, settings, run.shard.count, chain.is_some());
     // A chain: every shard reduces the incremental exports alike, and the last shard's files
     // end with the current images, as one run reads them last.
-    let applier = reduce_chain(&mut plan, settings, &scratch)?;
-    let mut key = RunKey::of(&plan, settings, run.shard.count, applier.is_some());
-    key.files = files_read;
+    let applier = reduce_chain(chain, &mut plan, settings, &scratch)?;
     let fingerprint = key.fingerprint();
     let files = run.shard.files(&plan);
     let bytes: u64 = plan.files[files.clone()].iter().map(|f| f.size).sum();
@@ -572,7 +567,7 @@ fn agreed_shapes(area: &ShardArea, shard: Shard, fingerprint: &str) -> Result<(A
 /// count shard 0 ran with (the commit itself moves no data).
 pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
     let started = Instant::now();
-    let area = area_of(target, aws)?;
+    let area = ShardArea::open(target, aws)?;
     let shown = area.shown();
     let listing = area.list()?;
     if listing.shards.is_empty() {
@@ -658,27 +653,29 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     if files_key(&plan) != key.files {
         return Err(inconsistent("the sources no longer resolve to the files the shards read".into()));
     }
-    let chain_state = match source::chain::order(&plan, settings.allow_gap).map_err(SourceError::from)? {
-        Some(c) => Some(crate::state::of_chain(&plan.exports, &c, &[], key.mapping.clone())),
-        None => None,
-    };
-    // A chain the output already holds: the commit is a no-op, as one run's re-run is, and the
-    // shards (of a run whose result is already published) go.
-    if let Some(next) = &chain_state
-        && let Some(prev) = apply::previous_state(target, sink.as_ref())?
-        && crate::state::compare(&prev, next, &shown)? == crate::state::Compared::AlreadyApplied
-    {
-        drop(sink);
-        if let Err(e) = area.remove_all() {
-            tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the shards");
+    let chain = chain_of(&plan, &settings)?;
+    if chain.is_some() != key.chain {
+        return Err(inconsistent("the sources no longer form the chain the shards read".into()));
+    }
+    let chain_state = chain.as_ref().map(|c| crate::state::of_chain(&plan.exports, c, &[], key.mapping.clone()));
+    if let Some(next) = &chain_state {
+        // A chain the output already holds: the commit is a no-op, as one run's re-run is, and
+        // the shards (of a run whose result is already published) go.
+        match apply::refuse_up_to_date(target, sink.as_ref(), next) {
+            Err(e @ UnwindError::UpToDate { .. }) => {
+                drop(sink);
+                if let Err(e) = area.remove_all() {
+                    tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the shards");
+                }
+                return Err(e);
+            }
+            other => other?,
         }
-        let ids = next.applied.iter().map(|a| format!("`{}`", a.export_id)).collect::<Vec<_>>();
-        return Err(UnwindError::UpToDate { out: shown.clone(), exports: format!("exports {}", ids.join(", ")) });
     }
     let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws)?;
     let scratch = sink.scratch().to_owned();
-    let applier = reduce_chain(&mut plan, &settings, &scratch)?;
-    if applier.is_some() != key.chain || plan.files.len() != plan_files {
+    let applier = reduce_chain(chain, &mut plan, &settings, &scratch)?;
+    if plan.files.len() != plan_files {
         return Err(inconsistent("the sources no longer form the chain the shards read".into()));
     }
     let state = chain_state.zip(applier.as_ref()).map(|(mut st, a)| {

@@ -60,7 +60,7 @@ use crate::store::{self, ObjectUrl, StoreError, io_runtime};
 const CONCURRENT_UPLOADS: usize = 4;
 /// Server-side copies in flight at once (a sharded commit's part files): no bytes go through
 /// this machine, so more of them than uploads.
-pub(in crate::sink) const CONCURRENT_COPIES: usize = 32;
+const CONCURRENT_COPIES: usize = 32;
 /// Files larger than this are sent as multipart uploads.
 const MULTIPART_BYTES: u64 = 16 * 1024 * 1024;
 /// Where runs keep their own objects: `_etl/runs/<run-id>/…`.
@@ -506,7 +506,7 @@ impl<'a> Publish<'a> {
     ) -> Result<(usize, u64), SinkError> {
         let (prefix, run_id) = (&self.prefix, &self.run_id);
         let mut uploads: Vec<(PathBuf, String)> = Vec::new();
-        let mut copies: Vec<(String, String)> = Vec::new();
+        let mut server_copies: Vec<(String, String)> = Vec::new();
         let mut copied_bytes = 0;
         for t in &mut report.tables {
             for f in &mut t.files {
@@ -516,7 +516,7 @@ impl<'a> Publish<'a> {
                 };
                 match stored.get(&f.path) {
                     Some(from) => {
-                        copies.push((from.clone(), format!("{prefix}{renamed}")));
+                        server_copies.push((from.clone(), format!("{prefix}{renamed}")));
                         copied_bytes += f.bytes;
                     }
                     None => uploads.push((local.join(&f.path), format!("{prefix}{renamed}"))),
@@ -525,8 +525,8 @@ impl<'a> Publish<'a> {
             }
         }
         uploads.extend(self.copies(local));
-        let copied = copies.len();
-        self.copy(copies).await?;
+        let copied = server_copies.len();
+        self.copy(server_copies).await?;
         let (files, bytes) = self.send(uploads).await?;
         Ok((files + copied, bytes + copied_bytes))
     }
@@ -534,21 +534,8 @@ impl<'a> Publish<'a> {
     /// Copies objects of the store server-side (from, to), a few at once. On failure, removes
     /// what this run wrote.
     async fn copy(&mut self, copies: Vec<(String, String)>) -> Result<(), SinkError> {
-        let url = self.url;
         self.written.extend(copies.iter().map(|(_, to)| to.clone()));
-        let copied = futures::stream::iter(copies.into_iter().map(|(from, to)| {
-            let store = self.store.clone();
-            async move {
-                store
-                    .copy(&ObjPath::from(from.as_str()), &ObjPath::from(to.as_str()))
-                    .await
-                    .map_err(obj_err("copy", url, &from))
-            }
-        }))
-        .buffer_unordered(CONCURRENT_COPIES)
-        .try_collect::<Vec<()>>()
-        .await;
-        if let Err(e) = copied {
+        if let Err(e) = copy_all(&self.store, self.url, &copies).await {
             remove_keys(&self.store, &self.written).await;
             return Err(e);
         }
@@ -582,14 +569,7 @@ impl<'a> Publish<'a> {
         let bytes: u64 = uploads.iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
         let files = uploads.len();
         self.written.extend(uploads.iter().map(|(_, k)| k.clone()));
-        let uploaded = futures::stream::iter(uploads.into_iter().map(|(path, key)| {
-            let store = self.store.clone();
-            async move { upload(&store, &path, &key, url).await }
-        }))
-        .buffer_unordered(CONCURRENT_UPLOADS)
-        .try_collect::<Vec<()>>()
-        .await;
-        if let Err(e) = uploaded {
+        if let Err(e) = upload_all(&self.store, url, &uploads).await {
             // Nothing references them: remove what this run wrote (a later commit would too).
             remove_keys(&self.store, &self.written).await;
             return Err(e);
@@ -661,6 +641,35 @@ impl<'a> Publish<'a> {
     pub(in crate::sink) async fn cleanup(&self) -> Result<usize, SinkError> {
         cleanup(&self.store, self.url, &self.prefix, &self.run_key, &self.run_id).await
     }
+}
+
+/// Uploads local files to keys (`(file, key)`), a few at once.
+pub(in crate::sink) async fn upload_all(
+    store: &Arc<dyn ObjectStore>,
+    url: &ObjectUrl,
+    uploads: &[(PathBuf, String)],
+) -> Result<(), SinkError> {
+    futures::stream::iter(uploads.iter().map(|(path, key)| upload(store, path, key, url)))
+        .buffer_unordered(CONCURRENT_UPLOADS)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(|_| ())
+}
+
+/// Copies objects of `store` server-side (`(from, to)` keys), a few dozen at once: no bytes go
+/// through this machine.
+pub(in crate::sink) async fn copy_all(
+    store: &Arc<dyn ObjectStore>,
+    url: &ObjectUrl,
+    copies: &[(String, String)],
+) -> Result<(), SinkError> {
+    futures::stream::iter(copies.iter().map(|(from, to)| async move {
+        store.copy(&ObjPath::from(from.as_str()), &ObjPath::from(to.as_str())).await.map_err(obj_err("copy", url, from))
+    }))
+    .buffer_unordered(CONCURRENT_COPIES)
+    .try_collect::<Vec<()>>()
+    .await
+    .map(|_| ())
 }
 
 pub(in crate::sink) async fn upload(

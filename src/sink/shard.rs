@@ -62,7 +62,12 @@ pub fn root(out: &Path) -> PathBuf {
 
 /// Where shard `shard`'s shapes go (`--phase infer`).
 pub fn infer_path(out: &Path, shard: Shard) -> PathBuf {
-    root(out).join(format!("infer-{}.json", tag(shard)))
+    root(out).join(infer_name(shard))
+}
+
+/// `infer-IIIII-of-NNNNN.json`.
+fn infer_name(shard: Shard) -> String {
+    format!("infer-{}.json", tag(shard))
 }
 
 /// Where shard `shard`'s committed attempt is.
@@ -181,7 +186,7 @@ impl ShardArea {
     pub fn infer_shown(&self, shard: Shard) -> String {
         match self {
             ShardArea::Folder(out) => infer_path(out, shard).display().to_string(),
-            ShardArea::Prefix { url, .. } => url.url_of(&Self::key(url, &format!("infer-{}.json", tag(shard)))),
+            ShardArea::Prefix { url, .. } => url.url_of(&Self::key(url, &infer_name(shard))),
         }
     }
 
@@ -198,7 +203,7 @@ impl ShardArea {
         match self {
             ShardArea::Folder(out) => write_atomically(&infer_path(out, shard), bytes),
             ShardArea::Prefix { store, url } => {
-                let key = Self::key(url, &format!("infer-{}.json", tag(shard)));
+                let key = Self::key(url, &infer_name(shard));
                 io_runtime()
                     .block_on(async { store.put(&ObjPath::from(key.as_str()), PutPayload::from(bytes.to_vec())).await })
                     .map(|_| ())
@@ -211,9 +216,7 @@ impl ShardArea {
     pub fn read_infer(&self, shard: Shard) -> Result<Option<Vec<u8>>, SinkError> {
         match self {
             ShardArea::Folder(out) => read_if_there(&infer_path(out, shard)),
-            ShardArea::Prefix { store, url } => {
-                get_if_there(store, url, &Self::key(url, &format!("infer-{}.json", tag(shard))))
-            }
+            ShardArea::Prefix { store, url } => get_if_there(store, url, &Self::key(url, &infer_name(shard))),
         }
     }
 
@@ -348,13 +351,8 @@ fn read_if_there(path: &Path) -> Result<Option<Vec<u8>>, SinkError> {
 
 fn get_if_there(store: &Arc<dyn ObjectStore>, url: &ObjectUrl, key: &str) -> Result<Option<Vec<u8>>, SinkError> {
     io_runtime()
-        .block_on(async {
-            match store.get(&ObjPath::from(key)).await {
-                Ok(r) => r.bytes().await.map(|b| Some(b.to_vec())),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })
+        .block_on(store::get_if_exists(store.as_ref(), &ObjPath::from(key)))
+        .map(|b| b.map(|b| b.to_vec()))
         .map_err(obj_err("read", url, key))
 }
 
@@ -434,12 +432,7 @@ impl ShardFolder {
                 .collect();
             let key = format!("{}{SHARD_MANIFEST}", u.shard_key);
             io_runtime().block_on(async {
-                futures::stream::iter(
-                    uploads.iter().map(|(path, key)| super::object::upload(&u.store, path, key, &u.url)),
-                )
-                .buffer_unordered(4)
-                .try_collect::<Vec<()>>()
-                .await?;
+                super::object::upload_all(&u.store, &u.url, &uploads).await?;
                 super::faults::point("shard-uploaded");
                 u.store
                     .put(&ObjPath::from(key.as_str()), PutPayload::from(manifest.to_vec()))

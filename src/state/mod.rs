@@ -248,12 +248,18 @@ fn latest(s: &RunState) -> Option<(chrono::DateTime<chrono::Utc>, &AppliedExport
 
 /// Base64 MD5 over the mapping files' bytes, in order; `None` when one cannot be read.
 pub fn mapping_hash(files: &[std::path::PathBuf]) -> Option<String> {
+    let texts = files.iter().map(std::fs::read).collect::<Result<Vec<_>, _>>().ok()?;
+    Some(mapping_hash_of(texts.iter().map(Vec::as_slice)))
+}
+
+/// [`mapping_hash`] of the mapping files' bytes, in load order.
+pub fn mapping_hash_of<'a>(texts: impl IntoIterator<Item = &'a [u8]>) -> String {
     use md5::Digest as _;
     let mut h = md5::Md5::new();
-    for f in files {
-        h.update(std::fs::read(f).ok()?);
+    for t in texts {
+        h.update(t);
     }
-    Some(crate::source::md5_base64_digest(&h.finalize()))
+    crate::source::md5_base64_digest(&h.finalize())
 }
 
 #[cfg(test)]

@@ -223,6 +223,19 @@ pub fn io_runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// The bytes of the object `key`, or `None` when there is no such object.
+pub async fn get_if_exists(
+    store: &dyn ObjectStore,
+    key: &object_store::path::Path,
+) -> Result<Option<bytes::Bytes>, object_store::Error> {
+    use object_store::ObjectStoreExt as _;
+    match store.get(key).await {
+        Ok(r) => r.bytes().await.map(Some),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The object store holding `url`'s bucket.
 pub async fn open(url: &ObjectUrl, aws: &AwsOptions) -> Result<Arc<dyn ObjectStore>, StoreError> {
     match url.scheme {

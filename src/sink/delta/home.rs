@@ -155,12 +155,9 @@ impl Home {
             }
             Home::Object { store, url } => {
                 let key = Home::key(url, rel);
-                let got = async { store.get(&ObjPath::from(key.as_str())).await?.bytes().await };
-                match got.await {
-                    Ok(b) => Ok(Some(b)),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
-                    Err(e) => Err(SinkError::Store(StoreError::object("read", &url.url_of(&key), &e))),
-                }
+                crate::store::get_if_exists(store.as_ref(), &ObjPath::from(key.as_str()))
+                    .await
+                    .map_err(|e| SinkError::Store(StoreError::object("read", &url.url_of(&key), &e)))
             }
         }
     }
@@ -218,42 +215,45 @@ impl Home {
         }
     }
 
-    /// Copies the objects `files` (`(from, name)`: a key of the output's own store, the file's
-    /// name in the table) into the table, server-side and a few dozen at once, and returns the
-    /// Arrow schema in the first one's footer. Only object stores hold such files (a sharded
-    /// run's parts).
+    /// The Arrow schema in the footer of the object `key` (a key of the output's own store: a
+    /// sharded run's part file). Only object stores hold such files.
     #[allow(deprecated)] // `ParquetObjectReader` reads only the footer, all this needs.
-    pub fn place_stored(&self, files: &[(String, String)], table: &str) -> Result<Option<Schema>, SinkError> {
+    pub fn stored_schema(&self, key: &str, table: &str) -> Result<Schema, SinkError> {
         use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
-        use futures::{StreamExt as _, TryStreamExt as _};
-        let Some((first, _)) = files.first() else { return Ok(None) };
-        let Home::Object { store, url } = self else {
-            return Err(SinkError::Io {
+        let (store, url) = self.stored_store()?;
+        crate::store::io_runtime().block_on(async {
+            let reader = ParquetObjectReader::new(store.clone(), ObjPath::from(key));
+            let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|source| SinkError::Part {
+                table: table.to_owned(),
+                path: url.url_of(key),
+                source,
+            })?;
+            Ok(builder.schema().as_ref().clone())
+        })
+    }
+
+    /// Copies the objects `files` (`(from, name)`: a key of the output's own store, the file's
+    /// name in the table) into the table, server-side.
+    pub fn place_stored(&self, files: &[(String, String)]) -> Result<(), SinkError> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let (store, url) = self.stored_store()?;
+        let copies: Vec<(String, String)> =
+            files.iter().map(|(from, name)| (from.clone(), Home::key(url, name))).collect();
+        crate::store::io_runtime().block_on(crate::sink::object::copy_all(store, url, &copies))
+    }
+
+    /// The store that holds stored files: only an object store does.
+    fn stored_store(&self) -> Result<(&Arc<dyn ObjectStore>, &ObjectUrl), SinkError> {
+        match self {
+            Home::Object { store, url } => Ok((store, url)),
+            Home::Dir(_) => Err(SinkError::Io {
                 action: "copy into",
                 path: self.shown(),
                 source: std::io::Error::other("a folder holds no stored files"),
-            });
-        };
-        crate::store::io_runtime().block_on(async {
-            let reader = ParquetObjectReader::new(store.clone(), ObjPath::from(first.as_str()));
-            let schema = ParquetRecordBatchStreamBuilder::new(reader)
-                .await
-                .map_err(|source| SinkError::Part { table: table.to_owned(), path: url.url_of(first), source })?
-                .schema()
-                .as_ref()
-                .clone();
-            futures::stream::iter(files.iter().map(|(from, name)| async move {
-                let to = ObjPath::from(Home::key(url, name).as_str());
-                store
-                    .copy(&ObjPath::from(from.as_str()), &to)
-                    .await
-                    .map_err(crate::sink::object::obj_err("copy", url, from))
-            }))
-            .buffer_unordered(crate::sink::object::CONCURRENT_COPIES)
-            .try_collect::<Vec<()>>()
-            .await?;
-            Ok(Some(schema))
-        })
+            }),
+        }
     }
 
     /// Makes the placed files durable before a commit names them (a folder's entries; an

@@ -366,7 +366,7 @@ pub(super) fn commit_tables(
             })
             .collect();
         // Stored parts (a sharded run's, all of a table's or none) are copied into the table
-        // first; the schema is in their footers.
+        // when it is committed; the schema is in their footers.
         let copies: Vec<(String, String)> = table
             .files
             .iter()
@@ -381,9 +381,8 @@ pub(super) fn commit_tables(
                 source: std::io::Error::other("a table of both stored and staged part files"),
             });
         }
-        let stored_schema = home.join(&table.name).place_stored(&copies, &table.name)?;
-        let schema = match (stored_schema, staged.first(), contracts.get(table.name.as_str())) {
-            (Some(s), _, _) => s,
+        let schema = match (copies.first(), staged.first(), contracts.get(table.name.as_str())) {
+            (Some((key, _)), _, _) => at.stored_schema(key, &table.name)?,
             (None, Some(p), _) => written_schema(p, &table.name)?,
             (None, None, Some(c)) => c.arrow_schema(),
             (None, None, None) => (*crate::normalize::rejects_schema()).clone(),
@@ -446,6 +445,7 @@ pub(super) fn commit_tables(
             }
         }
         at.create()?;
+        at.place_stored(&copies)?;
         let mut adds = Vec::with_capacity(table.files.len());
         for ((f, from), file_name) in table.files.iter_mut().zip(&staged).zip(names) {
             if copied {
