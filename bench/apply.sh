@@ -7,6 +7,12 @@
 #   bench/apply.sh --inc DIR      use this incremental export folder (`AWSDynamoDB/<id>`) instead of
 #                                 the generated one; it must be of the generated table (BENCH_FULL
 #                                 names another full export folder holding `AWSDynamoDB/`)
+#   BENCH_HISTORY=K bench/apply.sh [ITEMS]
+#                                 a scheduled job's K-th run: K incremental exports are applied one
+#                                 at a time first (not timed), then the apply of export K+1 is timed
+#                                 against the whole chain unwound in one run (full export and K+1
+#                                 incremental exports: what an apply re-read before the output kept
+#                                 its incremental exports compacted into one), with `_etl/base/`'s size
 #
 # Public tools only: bash and python3 (standard library). The input comes from `etl sample
 # --incrementals 1 --change-percent 1` (DynamoDB's real layout). Each timing is the median of
@@ -32,6 +38,8 @@ while [ $# -gt 0 ]; do
         *) items="$1"; shift ;;
     esac
 done
+HISTORY="${BENCH_HISTORY:-0}"
+case "$HISTORY" in *[!0-9]* | '') echo "error: BENCH_HISTORY must be a whole number, got \`$HISTORY\`" >&2; exit 2 ;; esac
 log() { echo "bench: $*" >&2; }
 WORK="${BENCH_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/etl-apply-bench.XXXXXX")}"
 [ -n "${BENCH_DIR:-}" ] || [ "${BENCH_KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
@@ -44,7 +52,7 @@ FULL="${BENCH_FULL:-$WORK/gen}"
 if ! ls "$FULL"/AWSDynamoDB/*/manifest-summary.json >/dev/null 2>&1; then
     log "generating $items items and a 1% incremental export into $FULL"
     "$ETL" sample -q --out "$FULL" --items "$items" --files "${BENCH_FILES:-8}" --seed 1 \
-        --incrementals 1 --change-percent 1 --no-final >&2
+        --incrementals "$((HISTORY + 1))" --change-percent 1 --no-final >&2
 fi
 # export_of TYPE: the folder of the first export of that `exportType` under $FULL.
 export_of() {
@@ -64,6 +72,20 @@ if [ -z "$inc" ]; then
 fi
 log "incremental export: $inc ($(grep -o '"itemCount":[0-9]*' "$inc/manifest-summary.json" | cut -d: -f2) changes)"
 
+# The incremental exports of $FULL in window order.
+incrementals() {
+    python3 - "$FULL" <<'PY'
+import glob, json, os, sys
+found = []
+for p in glob.glob(os.path.join(sys.argv[1], "AWSDynamoDB", "*", "manifest-summary.json")):
+    s = json.load(open(p))
+    if s.get("exportType") == "INCREMENTAL_EXPORT":
+        found.append((s["exportFromTime"], s["exportToTime"], os.path.dirname(p)))
+for _, _, d in sorted(found):
+    print(d)
+PY
+}
+
 # seconds CMD...: wall seconds of one run.
 seconds() {
     local s e
@@ -75,6 +97,36 @@ seconds() {
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 cat "$FULL_DIR"/data/* "$inc"/../data/* >/dev/null 2>&1 || true
+if [ "$HISTORY" -gt 0 ]; then
+    mapfile -t incs < <(incrementals)
+    [ "${#incs[@]}" -gt "$HISTORY" ] || { log "$FULL holds ${#incs[@]} incremental exports; BENCH_HISTORY=$HISTORY needs $((HISTORY + 1))"; exit 2; }
+    log "applying $HISTORY incremental exports one at a time (not timed)"
+    rm -rf "$WORK/history"
+    "$ETL" unwind -q "$FULL_DIR" --out "$WORK/history" --format "$FORMAT"
+    for k in $(seq 0 $((HISTORY - 1))); do
+        "$ETL" unwind -q "${incs[$k]}" --out "$WORK/history" --format "$FORMAT"
+    done
+    next="${incs[$HISTORY]}"
+    chain_t=() next_t=()
+    for r in $(seq "$RUNS"); do
+        rm -rf "$WORK/apply"
+        cp -a "$WORK/history" "$WORK/apply"
+        next_t+=("$(seconds "$ETL" unwind -q "$next" --out "$WORK/apply" --format "$FORMAT")")
+        rm -rf "$WORK/chain"
+        chain_t+=("$(seconds "$ETL" unwind -q "$FULL_DIR" "${incs[@]:0:$((HISTORY + 1))}" --out "$WORK/chain" --format "$FORMAT")")
+    done
+    cmp_tables() { (cd "$1" && find . -path ./_etl -prune -o -type f -print | sort | xargs md5sum); }
+    [ "$(cmp_tables "$WORK/apply")" = "$(cmp_tables "$WORK/chain")" ] || [ "$FORMAT" = delta ] \
+        || { log "the apply's tables are not the chain's"; exit 1; }
+    base_kb="$(du -sk "$WORK/apply/_etl/base" | cut -f1)"
+    exports_bytes="$(for d in "${incs[@]:0:$((HISTORY + 1))}"; do cat "$d/manifest-files.json"; done \
+        | python3 -c "import json, os, sys; print(sum(os.path.getsize(os.path.join('$FULL', json.loads(l)['dataFileS3Key'])) for l in sys.stdin if l.strip()))")"
+    echo "format: $FORMAT; after $HISTORY applied incremental exports of 1%"
+    echo "apply of export $((HISTORY + 1)) onto the output: $(median "${next_t[@]}")s (runs: ${next_t[*]})"
+    echo "the whole chain in one run (every export read, as an apply did before compaction): $(median "${chain_t[@]}")s (runs: ${chain_t[*]})"
+    echo "_etl/base/ after the apply: $((base_kb / 1024)) MiB (the $((HISTORY + 1)) incremental exports' data files: $((exports_bytes / 1048576)) MiB of gzip)"
+    exit 0
+fi
 full_t=() apply_t=()
 for r in $(seq "$RUNS"); do
     rm -rf "$WORK/out"

@@ -2,10 +2,11 @@
 //! keeping in every output what such a later apply needs.
 //!
 //! Every output made from DynamoDB exports (local exports into a local output; local or
-//! `s3://` exports into an `s3://` output) keeps them under `_etl/base/`, byte for byte in
-//! DynamoDB's own layout (`AWSDynamoDB/<ExportId>/manifest-*` and the data files at their
-//! manifest keys), so anything that reads an export can read it, and their checksums are
-//! verified again on every later read. An apply is then the ordinary chain run over the exports
+//! `s3://` exports into an `s3://` output) keeps them under `_etl/base/` in DynamoDB's own layout
+//! (`AWSDynamoDB/<ExportId>/manifest-*` and the data files at their manifest keys), so anything
+//! that reads an export can read it, and their checksums are verified again on every later read:
+//! the full export byte for byte, and a chain's incremental exports compacted into one export
+//! etl writes ([`keep_compacted`], [`super::compact`]). An apply is then the ordinary chain run over the exports
 //! the output holds and the exports named ([`prepare`]): the same checks (one table, no gap,
 //! `--allow-gap`), the same reduction, the same bytes as the whole chain unwound in one run,
 //! published through the same commit (staged under a lock locally; on an object store, the
@@ -165,11 +166,19 @@ pub fn prepare(
     let mut merged = base;
     merged.append(named);
     // New: every export the output's commit does not hold, kept ahead in `_etl/base/` or named.
+    // An export etl compacted stands for exports the output applied when its commit lists it.
+    let listed = |e: &crate::source::ExportInfo| {
+        committed.as_ref().is_some_and(|m| {
+            m.exports.iter().any(|k| {
+                super::compact::is_compacted(k) && export_id(k) == export_id(e) && k.summary_md5 == e.summary_md5
+            })
+        })
+    };
     let applied = |e: &crate::source::ExportInfo| {
-        prev.applied.iter().any(|a| a.export_id == export_id(e) && a.manifest_md5 == e.summary_md5)
+        prev.applied.iter().any(|a| a.export_id == export_id(e) && a.manifest_md5 == e.summary_md5) || listed(e)
     };
     let new_exports = (0..merged.exports.len()).filter(|&i| !applied(&merged.exports[i])).collect();
-    Ok((merged, Some(Onto { new_exports, previous_export })))
+    Ok((merged, Some(Onto { new_exports, previous_export, held: prev })))
 }
 
 /// The folder of export `e` relative to its export root (`AWSDynamoDB/<ExportId>`), where an
@@ -258,7 +267,17 @@ pub struct Keeping {
 /// are left as they are). `None` (nothing kept, nothing changed) when the plan is not made of
 /// exports only, or of exports this sink cannot keep. A data file gone before it was kept fails
 /// as it would have failed reading.
-pub fn keep_base(plan: &mut Plan, sink: &dyn Sink, target: &Target, aws: &AwsOptions) -> Result<Keeping, UnwindError> {
+///
+/// With `incrementals` false (a chain run, which keeps its incremental exports compacted into
+/// one, see [`super::compact`]), only the full export is kept; the incremental exports are read
+/// where they are.
+pub fn keep_base(
+    plan: &mut Plan,
+    sink: &dyn Sink,
+    target: &Target,
+    aws: &AwsOptions,
+    incrementals: bool,
+) -> Result<Keeping, UnwindError> {
     let readable = plan.files.iter().all(|f| matches!(f.input, Input::Path(_) | Input::Object(_)));
     let out_url = match target {
         Target::Object(u) => Some(u),
@@ -290,6 +309,9 @@ pub fn keep_base(plan: &mut Plan, sink: &dyn Sink, target: &Target, aws: &AwsOpt
     };
     let mut kept = Kept::default();
     for e in 0..plan.exports.len() {
+        if !incrementals && plan.exports[e].window.is_some() {
+            continue;
+        }
         let k = match ObjectUrl::parse(&plan.exports[e].export_dir) {
             Some(Ok(url)) => keep_object_export(plan, e, &url, sink, aws)?,
             Some(Err(_)) => None,
@@ -424,4 +446,39 @@ fn keep_object_export(
         plan.files[i].input = to;
     }
     Ok(Some(kept))
+}
+
+/// Keeps the chain `applier` read compacted into one incremental export ([`super::compact`]),
+/// written under `scratch` and put into the output's `_etl/base/` through `sink`, and returns
+/// it as the run's manifest lists it (its folder relative to the output). `None` when the
+/// chain had no final change to keep and no incremental export.
+pub fn keep_compacted(
+    applier: &super::chain::Applier,
+    plan: &Plan,
+    read: &super::chain::ChainRead,
+    sink: &dyn Sink,
+    settings: &super::UnwindSettings,
+    scratch: &Path,
+) -> Result<Option<crate::source::ExportInfo>, UnwindError> {
+    let Some(covers) = applier.covers(plan) else { return Ok(None) };
+    let root = scratch.join("compacted");
+    let started = Instant::now();
+    let c = super::compact::write(&root, &covers, applier.compacted(read))?;
+    for rel in &c.files {
+        let kept = sink.keep_input(&format!("{BASE_DIR}/{rel}"), &Input::Path(root.join(rel)), None, false)?;
+        if kept.is_none() {
+            return Err(UnwindError::Internal { message: format!("the output did not keep `{BASE_DIR}/{rel}`") });
+        }
+    }
+    let dir = super::compact::export_dir(&root, &c);
+    let mut resolved =
+        crate::source::resolve(&[Location::Path(dir)], &settings.aws, &settings.scan, &root.join("spool"))?;
+    let Some(mut e) = resolved.exports.pop() else {
+        return Err(UnwindError::Internal { message: format!("the compacted export `{}` did not resolve", c.id) });
+    };
+    // Where the output keeps it, relative to the output (the same in every output of the chain).
+    e.export_dir = format!("{BASE_DIR}/AWSDynamoDB/{}", c.id);
+    e.files = 0..0;
+    tracing::info!(export = %c.id, records = c.records, ms = started.elapsed().as_millis() as u64, "kept the incremental exports compacted into one");
+    Ok(Some(e))
 }

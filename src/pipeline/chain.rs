@@ -62,6 +62,8 @@ struct Final {
     export: usize,
     /// The `{"Item":…}` line of the new image; `None` for a delete.
     line: Option<String>,
+    /// The key attributes as a DynamoDB JSON object (of the key's first change record).
+    keys: Box<str>,
     new_table: Option<TableLabel>,
     /// For a delete: the table the mapping's key templates give the keys, if any.
     keys_table: Option<TableLabel>,
@@ -102,12 +104,14 @@ pub struct Applier {
 }
 
 /// What the output a chain is applied onto already held, for a report relative to it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Onto {
     /// Indexes into [`Plan::exports`] of the exports new to the output.
     pub new_exports: Vec<usize>,
     /// The last export the output held.
     pub previous_export: Option<String>,
+    /// The output's state: every export it applied (its commit's, or what it was made from).
+    pub held: crate::state::RunState,
 }
 
 /// What pass one saw of the chain, merged over workers.
@@ -283,10 +287,20 @@ impl Applier {
         let is_new = self.new_exports.as_ref().and_then(|n| n.get(pos).copied());
         let prev = (is_new == Some(false)).then(|| (c.write_time_micros, pos, new_table.clone()));
         let has_image = line_text.is_some();
+        let keys_json = |keys: &Item<'_>| {
+            let mut s = String::with_capacity(64);
+            write_item_json(keys, &mut s);
+            s
+        };
+        let known = self.index.get(key.as_slice()).copied();
         let next = Final {
             write_time: c.write_time_micros,
             export: pos,
             line: line_text,
+            keys: match known {
+                Some(i) => std::mem::take(&mut self.finals[i as usize].keys),
+                None => keys_json(&c.keys).into_boxed_str(),
+            },
             new_table,
             keys_table,
             had_image: false,
@@ -294,16 +308,11 @@ impl Applier {
             touched_by_new: is_new == Some(true),
             new_had_image: is_new == Some(true) && has_image,
         };
-        let keys_json = |keys: &Item<'_>| {
-            let mut s = String::with_capacity(64);
-            write_item_json(keys, &mut s);
-            s
-        };
-        match self.index.get(key.as_slice()) {
-            Some(&i) => {
+        match known {
+            Some(i) => {
                 let old = &mut self.finals[i as usize];
                 if next.touched_by_new && !old.touched_by_new {
-                    self.new_keys.push(keys_json(&c.keys));
+                    self.new_keys.push(next.keys.to_string());
                 }
                 // What the previous output held of this key: the last write among its exports.
                 let prev = match (&old.prev, &next.prev) {
@@ -317,8 +326,11 @@ impl Applier {
                 if (next.write_time, next.export) >= (old.write_time, old.export) {
                     let had_image = old.had_image || old.line.is_some();
                     *old = Final { had_image, ..next };
-                } else if has_image {
-                    old.had_image = true;
+                } else {
+                    old.keys = next.keys;
+                    if has_image {
+                        old.had_image = true;
+                    }
                 }
                 old.prev = prev;
                 old.touched_by_new = touched_by_new;
@@ -326,7 +338,7 @@ impl Applier {
             }
             None => {
                 if next.touched_by_new {
-                    self.new_keys.push(keys_json(&c.keys));
+                    self.new_keys.push(next.keys.to_string());
                 }
                 self.index.insert(key.into_boxed_slice(), self.finals.len() as u32);
                 self.finals.push(next);
@@ -377,6 +389,47 @@ impl Applier {
     /// The plan index of the file of current images.
     pub fn current_file(&self) -> usize {
         self.roles.len() - 1
+    }
+
+    /// What an output keeps of the chain's incremental exports ([`super::compact`]): in key
+    /// order, every key's final change, except the deletes of keys no full-export item had
+    /// (`read.matched` says which had one).
+    pub fn compacted<'s>(&'s self, read: &ChainRead) -> Vec<super::compact::FinalChange<'s>> {
+        let mut in_base = vec![false; self.finals.len()];
+        for (i, _) in &read.matched {
+            if let Some(b) = in_base.get_mut(*i as usize) {
+                *b = true;
+            }
+        }
+        let mut keys: Vec<(&[u8], u32)> = self.index.iter().map(|(k, &i)| (k.as_ref(), i)).collect();
+        keys.sort_unstable();
+        keys.into_iter()
+            .filter(|&(_, i)| self.finals[i as usize].line.is_some() || in_base[i as usize])
+            .map(|(_, i)| {
+                let f = &self.finals[i as usize];
+                super::compact::FinalChange {
+                    write_time_micros: f.write_time,
+                    keys: &f.keys,
+                    // `{"Item":` … `}` around the image.
+                    image: f.line.as_deref().map(|l| &l[8..l.len() - 1]),
+                }
+            })
+            .collect()
+    }
+
+    /// What the chain covers: its table, the first window's start, the last window's end.
+    pub fn covers<'p>(&self, plan: &'p Plan) -> Option<super::compact::Covers<'p>> {
+        let first = plan.exports.get(*self.chain.incrementals.first()?)?.window.as_ref()?;
+        let last =
+            self.chain.incrementals.iter().filter_map(|&i| plan.exports.get(i)?.window.as_ref()).max_by(|a, b| {
+                let t = |w: &crate::source::manifest::Window| chrono::DateTime::parse_from_rfc3339(&w.to_time).ok();
+                t(a).cmp(&t(b))
+            })?;
+        Some(super::compact::Covers {
+            table_arn: plan.exports.get(self.chain.full)?.table_arn.as_deref(),
+            from_time: &first.from_time,
+            to_time: &last.to_time,
+        })
     }
 
     /// The final change of a full-export item's key, if it has one.

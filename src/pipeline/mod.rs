@@ -17,6 +17,7 @@
 
 pub mod apply;
 pub mod chain;
+pub mod compact;
 pub mod pool;
 pub mod progress;
 pub mod read;
@@ -241,14 +242,19 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let mut state = match &chain {
         Some(c) => {
             let hash = settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files));
-            let next = crate::state::of_chain(&plan.exports, c, &[], hash);
+            let mut next = crate::state::of_chain(&plan.exports, c, &[], hash);
+            // Onto an output, the exports it applied stand behind the one compacted export it keeps.
+            if let Some(o) = &onto {
+                next = crate::state::with_held(next, &o.held);
+            }
             apply::refuse_up_to_date(&settings.target, sink.as_ref(), &next)?;
             Some(next)
         }
         None => None,
     };
     // Kept before anything is read, so that what is read is what is kept.
-    let keeping = apply::keep_base(&mut plan, sink.as_ref(), &settings.target, &settings.aws)?;
+    // A chain keeps its full export; its incremental exports are kept compacted after pass one.
+    let keeping = apply::keep_base(&mut plan, sink.as_ref(), &settings.target, &settings.aws, chain.is_none())?;
     let kept = keeping.kept;
     if let Some(k) = kept {
         info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
@@ -282,6 +288,10 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
     let read = read::read_all(&plan, read::Scope::all(&plan), settings, mapped, chain.as_ref(), &scratch, progress)?;
     let t_read = t_read.elapsed();
+    let compacted = match (&chain, kept) {
+        (Some(c), Some(_)) => apply::keep_compacted(c, &plan, &read.chain, sink.as_ref(), settings, &scratch)?,
+        _ => None,
+    };
 
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
@@ -297,7 +307,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         total: 0,
         keep_base: kept.map_or(0, |k| k.millis),
     };
-    let (manifest, schemas) = assemble(Assembly {
+    let (mut manifest, schemas) = assemble(Assembly {
         plan: &plan,
         settings,
         read: &read,
@@ -310,6 +320,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         started_at,
         timings,
     })?;
+    list_compacted(&mut manifest, compacted);
     progress.set_phase(Phase::Committing);
     if settings.format == Format::Delta {
         // Onto an existing output, the keys the new exports changed are merged into each table.
@@ -321,6 +332,15 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge });
     }
     publish(sink, manifest, schemas, settings, progress)
+}
+
+/// Lists in `manifest` what the output keeps of a chain: its full export, and the incremental
+/// exports compacted into one ([`compact`]), when they were.
+pub(crate) fn list_compacted(manifest: &mut RunManifest, compacted: Option<source::ExportInfo>) {
+    if let Some(e) = compacted {
+        manifest.exports.retain(|x| x.window.is_none());
+        manifest.exports.push(e);
+    }
 }
 
 /// Commits `manifest` through `sink`, and says what the run did.

@@ -672,7 +672,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             other => other?,
         }
     }
-    let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws)?;
+    let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws, chain.is_none())?;
     let scratch = sink.scratch().to_owned();
     let applier = reduce_chain(chain, &mut plan, &settings, &scratch)?;
     if plan.files.len() != plan_files {
@@ -749,9 +749,14 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         warnings,
         chain: chain_read,
     };
+    // The chain's incremental exports are kept compacted, as one run keeps them.
+    let compacted = match (&applier, keeping.kept) {
+        (Some(a), Some(_)) => apply::keep_compacted(a, &plan, &read.chain, sink.as_ref(), &settings, &scratch)?,
+        _ => None,
+    };
     let written = Written { tables, ..first.written.clone() };
     let started_at = manifests.iter().map(|(_, m)| m.started_at.clone()).min().unwrap_or_default();
-    let (manifest, schemas) = super::assemble(Assembly {
+    let (mut manifest, schemas) = super::assemble(Assembly {
         plan: &plan,
         settings: &settings,
         read: &read,
@@ -771,6 +776,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             keep_base: keeping.kept.map_or(0, |k| k.millis),
         },
     })?;
+    super::list_compacted(&mut manifest, compacted);
     if settings.format == Format::Delta {
         let txn_version = super::delta_txn_version(manifest.state.as_ref(), &plan);
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None });

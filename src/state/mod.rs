@@ -130,6 +130,26 @@ pub fn of_chain(
     }
 }
 
+/// How the id of an incremental export etl wrote itself starts: the final changes of the
+/// incremental exports an output applied, kept in `_etl/base/` in their place
+/// (`pipeline::compact`).
+pub const COMPACTED_PREFIX: &str = "etl-compacted-";
+
+/// The state a run onto an output holding `prev` publishes, from the state of the exports it
+/// read (`next`): an export etl compacted stands for the exports `prev` applied, so those are
+/// listed in its place, in the order applied, then the exports new to the output.
+pub fn with_held(next: RunState, prev: &RunState) -> RunState {
+    let same = |a: &AppliedExport, b: &AppliedExport| a.export_id == b.export_id && a.manifest_md5 == b.manifest_md5;
+    let mut applied: Vec<AppliedExport> = next.applied.iter().filter(|a| !a.incremental).cloned().collect();
+    applied.extend(prev.applied.iter().filter(|a| a.incremental).cloned());
+    for a in next.applied.iter().filter(|a| a.incremental && !a.export_id.starts_with(COMPACTED_PREFIX)) {
+        if !applied.iter().any(|b| same(a, b)) {
+            applied.push(a.clone());
+        }
+    }
+    RunState { applied, ..next }
+}
+
 /// The state of an output holding `exports` (a full export and the incremental exports
 /// applied to it), when it recorded none itself (an output made from a full export alone).
 pub fn of_exports(exports: &[ExportInfo], key_attributes: &[String], mapping_hash: Option<String>) -> RunState {

@@ -135,10 +135,60 @@ fn the_real_fixture_applied_one_export_at_a_time() {
         state["applied"].as_array().unwrap().iter().map(|a| a["export_id"].as_str().unwrap()).collect();
     assert_eq!(applied, [FULL, INC1, INC2]);
     assert_eq!(state["key_attributes"], json!(["pk", "sk"]));
-    // The base now holds the three exports, still the fixture's bytes.
-    for (k, md5) in tree(&out.join("_etl/base")) {
-        assert_eq!(fixture.get(&k), Some(&md5), "`{k}`");
+    // The base holds the full export, still the fixture's bytes, and in place of the two
+    // incremental exports one etl wrote: their final change per key, in DynamoDB's layout.
+    let base = tree(&out.join("_etl/base"));
+    let (kept, written): (Vec<&String>, Vec<&String>) = base.keys().partition(|k| fixture.contains_key(*k));
+    for k in &kept {
+        assert!(k.starts_with(&format!("AWSDynamoDB/{FULL}/")), "only the full export is kept as it came: {k}");
+        assert_eq!(fixture.get(*k), base.get(*k), "`{k}`");
     }
+    assert_eq!(kept.len(), fixture.keys().filter(|k| k.starts_with(&format!("AWSDynamoDB/{FULL}/"))).count());
+    let id = written
+        .iter()
+        .find_map(|k| k.strip_suffix("/manifest-summary.json"))
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(id.starts_with("etl-compacted-"), "{written:?}");
+    let mut names: Vec<String> = written.iter().map(|k| k.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            format!("AWSDynamoDB/data/{id}.json.gz"),
+            format!("AWSDynamoDB/{id}/manifest-files.json"),
+            format!("AWSDynamoDB/{id}/manifest-files.md5"),
+            format!("AWSDynamoDB/{id}/manifest-summary.json"),
+            format!("AWSDynamoDB/{id}/manifest-summary.md5"),
+        ]
+    );
+    let summary: Json = serde_json::from_slice(
+        &std::fs::read(out.join(format!("_etl/base/AWSDynamoDB/{id}/manifest-summary.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["exportType"], "INCREMENTAL_EXPORT");
+    assert_eq!(summary["outputView"], "NEW_IMAGE");
+    assert_eq!(summary["exportFromTime"], "2026-01-14T10:20:00.000Z");
+    let inc2_summary: Json =
+        serde_json::from_slice(&std::fs::read(export(&root, INC2).join("manifest-summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["exportToTime"], inc2_summary["exportToTime"]);
+    // The final changes of the 9 keys the two exports changed, less the delete of (2,3), which
+    // inc 1 inserted and the full export never held.
+    assert_eq!(summary["itemCount"], 8);
+    let listed: Vec<String> = report["exports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["export_dir"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, [FULL.to_owned(), id.clone()]);
+    // What the output keeps is its current state as a chain: unwound alone, the same tables.
+    let again = tmp.path().join("from-base");
+    unwind(&[&out.join("_etl/base")], &again, &["--allow-gap", MISMATCH], 0);
+    assert_eq!(table_bytes(&again), table_bytes(&reference));
 
     // Inc 2 again: a no-op, no file rewritten.
     let before = stamps(&out);
@@ -306,4 +356,91 @@ fn two_applies_on_one_output_one_commits_the_other_changes_nothing() {
     assert_eq!(canonical_rows(&out.join("_untyped")), crate::real_export::final_state());
     let state: Json = serde_json::from_slice(&std::fs::read(out.join("_etl/state.json")).unwrap()).unwrap();
     assert_eq!(state["applied"].as_array().unwrap().len(), 3);
+}
+
+/// A scheduled job's output keeps what a later apply needs and no more. After each of four
+/// generated incremental exports (`NEW_IMAGE` view: deletes carry keys only) applied one at a
+/// time, `_etl/base/` holds the full export and one export etl compacted the incremental ones
+/// into; the apply read the full export, that compacted export and the new export, none of the
+/// earlier incremental exports; the tables are the whole chain's in one run, byte for byte; and
+/// `_etl/state.json` lists every export applied.
+#[test]
+fn applies_keep_the_incremental_exports_compacted_into_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "60", "--files", "3", "--seed", "21"];
+    let r = etl(args.iter().copied().chain(["--incrementals", "4", "--change-percent", "20", "--view", "new-image"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = sample_chain(&dir);
+    let id = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    let data_names = |export: &Path| -> Vec<String> {
+        std::fs::read_to_string(export.join("manifest-files.json"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let key = serde_json::from_str::<Json>(l).unwrap()["dataFileS3Key"].as_str().unwrap().to_owned();
+                key.rsplit('/').next().unwrap().to_owned()
+            })
+            .collect()
+    };
+    let out = tmp.path().join("out");
+    unwind(&[&full], &out, &[], 0);
+    let mut compacted_before: Option<String> = None;
+    for k in 0..incs.len() {
+        unwind(&[&incs[k]], &out, &[], 0);
+        let at = format!("after {} incremental exports", k + 1);
+        let reference = tmp.path().join(format!("chain-{k}"));
+        let mut sources: Vec<&Path> = vec![&full];
+        sources.extend(incs[..=k].iter().map(PathBuf::as_path));
+        unwind(&sources, &reference, &[], 0);
+        assert_eq!(table_bytes(&out), table_bytes(&reference), "{at}");
+
+        let kept: Vec<String> = std::fs::read_dir(out.join("_etl/base/AWSDynamoDB"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "data")
+            .collect();
+        let compacted = kept.iter().find(|n| n.starts_with("etl-compacted-")).cloned().unwrap_or_default();
+        assert_eq!(kept.len(), 2, "{at}: {kept:?}");
+        assert!(kept.contains(&id(&full)) && !compacted.is_empty(), "{at}: {kept:?}");
+        let shared: Vec<String> = std::fs::read_dir(out.join("_etl/base/AWSDynamoDB/data"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(shared, [format!("{compacted}.json.gz")], "{at}");
+
+        let report = run_report(&out);
+        let read: Vec<String> =
+            report["inputs"].as_array().unwrap().iter().map(|i| i["file"].as_str().unwrap().to_owned()).collect();
+        for earlier in &incs[..k] {
+            for name in data_names(earlier) {
+                assert!(!read.iter().any(|f| f.ends_with(&name)), "{at}: `{name}` of an applied export was read again");
+            }
+        }
+        for name in data_names(&incs[k]) {
+            assert!(read.iter().any(|f| f.ends_with(&name)), "{at}: the new export's `{name}` was not read: {read:?}");
+        }
+        if let Some(before) = &compacted_before {
+            let name = format!("_etl/base/AWSDynamoDB/data/{before}.json.gz");
+            assert!(read.iter().any(|f| f.ends_with(&name)), "{at}: the compacted export was not read: {read:?}");
+        }
+        let summary: Json = serde_json::from_slice(
+            &std::fs::read(out.join(format!("_etl/base/AWSDynamoDB/{compacted}/manifest-summary.json"))).unwrap(),
+        )
+        .unwrap();
+        let records = summary["itemCount"].as_u64().unwrap();
+        assert!(records > 0 && records <= report["chain"]["changed_keys"].as_u64().unwrap(), "{at}: {records}");
+        let state: Json = serde_json::from_slice(&std::fs::read(out.join("_etl/state.json")).unwrap()).unwrap();
+        let applied: Vec<String> =
+            state["applied"].as_array().unwrap().iter().map(|a| a["export_id"].as_str().unwrap().to_owned()).collect();
+        let mut want = vec![id(&full)];
+        want.extend(incs[..=k].iter().map(|p| id(p)));
+        assert_eq!(applied, want, "{at}");
+        compacted_before = Some(compacted);
+    }
+    // The last export again: a no-op that rewrites nothing, the compacted export included.
+    let before = stamps(&out);
+    let run = unwind(&[&incs[3]], &out, &[], 0);
+    assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
+    assert_eq!(stamps(&out), before);
 }

@@ -209,7 +209,8 @@ fn two_applies_onto_one_s3_output_one_commits() {
 }
 
 /// Exports in another bucket than the output's are streamed into its `_etl/base/` (no
-/// server-side copy across buckets), byte for byte, and applied as from the output's own bucket.
+/// server-side copy across buckets), byte for byte, and applied as from the output's own bucket;
+/// the incremental exports are kept compacted into one.
 #[test]
 fn exports_in_another_bucket_are_kept_and_applied() {
     let Some(m) = moto() else { return };
@@ -221,22 +222,31 @@ fn exports_in_another_bucket_are_kept_and_applied() {
     for inc in &c.incs {
         etl_aws(m, &["unwind", &c.export_url(inc), "--out", &out], 0);
     }
-    for id in [&c.full, &c.incs[1]] {
-        // The export's folder, and its data files wherever its manifest puts them (an incremental
-        // export's in the shared `AWSDynamoDB/data/`).
-        let folder = format!("exports/shop/AWSDynamoDB/{id}/");
-        let mut source = s3_keys(m, &c.bucket, &folder);
-        let listed = s3_get(m, &c.bucket, &format!("{folder}manifest-files.json"));
-        for l in String::from_utf8(listed).unwrap().lines() {
-            source.insert(serde_json::from_str::<Json>(l).unwrap()["dataFileS3Key"].as_str().unwrap().to_owned());
-        }
-        assert!(source.iter().any(|k| k.ends_with(".gz") && !k.starts_with(&folder)) || id == &c.full, "{source:?}");
-        for k in &source {
-            let kept = k.replacen("exports/shop/", "out/_etl/base/", 1);
-            assert!(s3_get(m, &other, &kept) == s3_get(m, &c.bucket, k), "`{kept}` is not `{k}` byte for byte");
-        }
+    // The full export's folder, and its data files wherever its manifest puts them.
+    let folder = format!("exports/shop/AWSDynamoDB/{}/", c.full);
+    let mut source = s3_keys(m, &c.bucket, &folder);
+    let listed = s3_get(m, &c.bucket, &format!("{folder}manifest-files.json"));
+    for l in String::from_utf8(listed).unwrap().lines() {
+        source.insert(serde_json::from_str::<Json>(l).unwrap()["dataFileS3Key"].as_str().unwrap().to_owned());
     }
+    for k in &source {
+        let kept = k.replacen("exports/shop/", "out/_etl/base/", 1);
+        assert!(s3_get(m, &other, &kept) == s3_get(m, &c.bucket, k), "`{kept}` is not `{k}` byte for byte");
+    }
+    // The incremental exports are kept compacted into one export etl wrote, which the last
+    // commit lists; none of them is kept as it came.
     let report = s3_report(m, &other, "out/");
+    let exports: Vec<&str> =
+        report["exports"].as_array().unwrap().iter().map(|e| e["export_dir"].as_str().unwrap()).collect();
+    assert_eq!(exports.len(), 2, "{exports:?}");
+    let compacted = exports[1].rsplit('/').next().unwrap();
+    assert!(compacted.starts_with("etl-compacted-"), "{exports:?}");
+    assert_eq!(exports[1], format!("_etl/base/AWSDynamoDB/{compacted}"));
+    let base = s3_keys(m, &other, "out/_etl/base/");
+    assert!(base.contains(&format!("out/_etl/base/AWSDynamoDB/data/{compacted}.json.gz")), "{base:?}");
+    for inc in &c.incs {
+        assert!(!base.iter().any(|k| k.contains(inc.as_str())), "{inc} kept: {base:?}");
+    }
     assert_eq!(report["state"]["applied"].as_array().map(Vec::len), Some(3), "{}", report["state"]);
     assert_eq!(s3_table_bytes(m, &other, "out/", &report), local_table_bytes(&c.reference));
 }

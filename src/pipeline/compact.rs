@@ -1,0 +1,261 @@
+//! Compacting the incremental exports an output keeps in `_etl/base/` into one.
+//!
+//! An apply reads again what the output keeps ([`super::apply`]): the full export and the
+//! incremental exports applied since. Kept as they came, the incremental exports would grow with
+//! every scheduled run, and so would the reduce of every later apply (a year of hourly exports is
+//! 8,760 of them, every one read again each hour). So a chain run keeps the full export and, in
+//! place of its incremental exports, one incremental export etl writes itself: the chain's final
+//! change per key, with the `WriteTimestampMicros` of the write that won, in DynamoDB's own layout
+//! and format (an `INCREMENTAL_EXPORT` of `NEW_IMAGE` view in DynamoDB JSON, one gzip data file
+//! in the shared `AWSDynamoDB/data/` folder, `manifest-files.json` with its MD5 and item count,
+//! `.md5` side files), covering from the first window's start to the last window's end.
+//!
+//! Reducing it with later exports gives the final changes that reducing every export it replaces
+//! gives (the last write wins, and it holds each key's last write), so an apply onto a compacted
+//! output writes the same tables, byte for byte. It leaves out the deletes of keys the full export
+//! does not hold: they change nothing the next run reads. So what an output keeps, and what an
+//! apply reads again, is bounded by the table and the keys changed, not by the number of exports
+//! applied. The export's id is `etl-compacted-<last window's end, epoch ms>-<MD5 of its data file>`,
+//! so a name is only ever given the same bytes (an object-store output's `_etl/base/` is shared by
+//! its runs).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use md5::{Digest as _, Md5};
+
+use super::UnwindError;
+use crate::source::ExportInfo;
+use crate::source::chain::export_id;
+
+pub use crate::state::COMPACTED_PREFIX;
+
+/// An export written by [`write`] (as its id says).
+pub fn is_compacted(e: &ExportInfo) -> bool {
+    export_id(e).starts_with(COMPACTED_PREFIX)
+}
+
+/// One key's final change, as the compacted export holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct FinalChange<'a> {
+    pub write_time_micros: i64,
+    /// The key attributes, as a DynamoDB JSON object.
+    pub keys: &'a str,
+    /// The new image, as a DynamoDB JSON object; `None` for a delete.
+    pub image: Option<&'a str>,
+}
+
+/// What the chain a compacted export replaces covers.
+#[derive(Debug, Clone)]
+pub struct Covers<'a> {
+    pub table_arn: Option<&'a str>,
+    /// The first window's `exportFromTime`.
+    pub from_time: &'a str,
+    /// The last window's `exportToTime`.
+    pub to_time: &'a str,
+}
+
+/// A compacted export written under `root` (which holds its `AWSDynamoDB/`).
+#[derive(Debug, Clone)]
+pub struct Compacted {
+    pub id: String,
+    /// Its files, relative to `root`, `/`-separated: the manifests and side files, then the data file.
+    pub files: Vec<String>,
+    /// Change records written.
+    pub records: u64,
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> UnwindError + '_ {
+    move |source| UnwindError::Io { action: "write", path: path.display().to_string(), source }
+}
+
+/// Writes `changes` (in the order given) as one incremental export under `root`.
+pub fn write<'a>(
+    root: &Path,
+    covers: &Covers<'_>,
+    changes: impl IntoIterator<Item = FinalChange<'a>>,
+) -> Result<Compacted, UnwindError> {
+    let data_dir = root.join("AWSDynamoDB").join("data");
+    std::fs::create_dir_all(&data_dir).map_err(io(&data_dir))?;
+    let staged = data_dir.join(".compacting.json.gz");
+    let file = std::fs::File::create(&staged).map_err(io(&staged))?;
+    let hashing = HashingWriter { inner: std::io::BufWriter::new(file), md5: Md5::new() };
+    let mut gz = flate2::write::GzEncoder::new(hashing, flate2::Compression::fast());
+    let mut records = 0u64;
+    let mut line = String::with_capacity(512);
+    for c in changes {
+        line.clear();
+        line.push_str("{\"Metadata\":{\"WriteTimestampMicros\":{\"N\":\"");
+        line.push_str(&c.write_time_micros.to_string());
+        line.push_str("\"}},\"Keys\":");
+        line.push_str(c.keys);
+        if let Some(image) = c.image {
+            line.push_str(",\"NewImage\":");
+            line.push_str(image);
+        }
+        line.push_str("}\n");
+        gz.write_all(line.as_bytes()).map_err(io(&staged))?;
+        records += 1;
+    }
+    let mut hashing = gz.finish().map_err(io(&staged))?;
+    hashing.inner.flush().map_err(io(&staged))?;
+    let HashingWriter { inner, md5 } = hashing;
+    drop(inner);
+    let digest = md5.finalize();
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let end_ms = chrono::DateTime::parse_from_rfc3339(covers.to_time).map(|t| t.timestamp_millis()).unwrap_or(0);
+    let id = format!("{COMPACTED_PREFIX}{end_ms:014}-{hex}");
+    let data_key = format!("AWSDynamoDB/data/{id}.json.gz");
+    let data_path = root.join(&data_key);
+    std::fs::rename(&staged, &data_path).map_err(io(&data_path))?;
+
+    let export_rel = format!("AWSDynamoDB/{id}");
+    let export_dir = root.join(&export_rel);
+    std::fs::create_dir_all(&export_dir).map_err(io(&export_dir))?;
+    let md5 = crate::source::md5_base64_digest(&digest);
+    let files_line = serde_json::json!({
+        "itemCount": records,
+        "md5Checksum": md5,
+        "dataFileS3Key": data_key,
+    });
+    let files_bytes = format!("{files_line}\n").into_bytes();
+    let export_arn = match covers.table_arn {
+        Some(t) => format!("{t}/export/{id}"),
+        None => format!("export/{id}"),
+    };
+    // What etl reads of a summary, in the order AWS writes it; no wall-clock time, so the same
+    // chain always gives the same bytes.
+    let summary = serde_json::json!({
+        "version": "2023-08-01",
+        "exportArn": export_arn,
+        "tableArn": covers.table_arn,
+        "exportFromTime": covers.from_time,
+        "exportToTime": covers.to_time,
+        "manifestFilesS3Key": format!("{export_rel}/manifest-files.json"),
+        "itemCount": records,
+        "outputFormat": "DYNAMODB_JSON",
+        "outputView": "NEW_IMAGE",
+        "exportType": "INCREMENTAL_EXPORT",
+        // No version either: the same id must always name the same bytes.
+        "writtenBy": "etl: the final change per key of the incremental exports an output applied",
+    });
+    let summary_bytes = serde_json::to_vec(&summary)
+        .map_err(|e| UnwindError::Internal { message: format!("cannot encode a compacted export's summary: {e}") })?;
+    let mut files = Vec::new();
+    for (name, bytes) in [
+        ("manifest-files.json", files_bytes.clone()),
+        ("manifest-files.md5", crate::source::md5_base64(&files_bytes).into_bytes()),
+        ("manifest-summary.json", summary_bytes.clone()),
+        ("manifest-summary.md5", crate::source::md5_base64(&summary_bytes).into_bytes()),
+    ] {
+        let p = export_dir.join(name);
+        std::fs::write(&p, bytes).map_err(io(&p))?;
+        files.push(format!("{export_rel}/{name}"));
+    }
+    files.push(data_key);
+    Ok(Compacted { id, files, records })
+}
+
+/// Computes the MD5 of what goes through it.
+struct HashingWriter<W> {
+    inner: W,
+    md5: Md5,
+}
+
+impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.md5.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The folder under `root` of the compacted export `c`.
+pub fn export_dir(root: &Path, c: &Compacted) -> PathBuf {
+    root.join("AWSDynamoDB").join(&c.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::AwsOptions;
+    use crate::source::live::ScanSettings;
+    use crate::store::Location;
+
+    #[test]
+    fn a_compacted_export_is_an_incremental_export_etl_reads_and_verifies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let covers = Covers {
+            table_arn: Some("arn:aws:dynamodb:eu-west-1:123456789012:table/shop"),
+            from_time: "2026-01-14T10:20:00.000Z",
+            to_time: "2026-01-14T12:20:00.000Z",
+        };
+        let changes = [
+            FinalChange {
+                write_time_micros: 1_768_386_096_366_933,
+                keys: r#"{"PK":{"S":"a"},"SK":{"N":"1"}}"#,
+                image: Some(r#"{"PK":{"S":"a"},"SK":{"N":"1"},"n":{"N":"12345678901234567890123456789012345678"}}"#),
+            },
+            FinalChange {
+                write_time_micros: 1_768_386_096_366_934,
+                keys: r#"{"PK":{"S":"b"},"SK":{"N":"2"}}"#,
+                image: None,
+            },
+        ];
+        let c = write(tmp.path(), &covers, changes).unwrap();
+        assert!(c.id.starts_with("etl-compacted-01768393200000-"), "{}", c.id);
+        assert_eq!(c.records, 2);
+        // Same changes, same bytes and name.
+        let again = tempfile::tempdir().unwrap();
+        let c2 = write(again.path(), &covers, changes).unwrap();
+        assert_eq!(c2.id, c.id);
+        for f in &c.files {
+            assert_eq!(std::fs::read(tmp.path().join(f)).unwrap(), std::fs::read(again.path().join(f)).unwrap(), "{f}");
+        }
+
+        let spool = tmp.path().join("spool");
+        let plan = crate::source::resolve(
+            &[Location::Path(export_dir(tmp.path(), &c))],
+            &AwsOptions::default(),
+            &ScanSettings::default(),
+            &spool,
+        )
+        .unwrap();
+        let e = &plan.exports[0];
+        assert!(is_compacted(e));
+        assert_eq!(export_id(e), c.id);
+        assert_eq!(e.table_arn.as_deref(), covers.table_arn);
+        let w = e.window.as_ref().unwrap();
+        assert_eq!((w.from_time.as_str(), w.to_time.as_str()), (covers.from_time, covers.to_time));
+        assert_eq!(w.output_view.as_deref(), Some("NEW_IMAGE"));
+        assert_eq!(e.summary_item_count, 2);
+        assert_eq!(e.manifest_files_item_count, 2);
+        assert!(matches!(e.summary_checksum, crate::source::manifest::SideFileCheck::Verified { .. }));
+        assert!(matches!(e.files_checksum, crate::source::manifest::SideFileCheck::Verified { .. }));
+        assert_eq!(plan.files.len(), 1);
+
+        // The lines decode as the change records written, numbers exact.
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(tmp.path().join(&c.files[4])).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let first = crate::decode::json::decode_export_line(lines[0]).unwrap();
+        let crate::decode::Record::Change(ch) = first else { panic!("{first:?}") };
+        assert_eq!(ch.write_time_micros, 1_768_386_096_366_933);
+        let new = ch.new.unwrap();
+        let mut json = String::new();
+        crate::decode::write_item_json(&new, &mut json);
+        assert!(json.contains(r#""n":{"N":"12345678901234567890123456789012345678"}"#), "{json}");
+        let second = crate::decode::json::decode_export_line(lines[1]).unwrap();
+        let crate::decode::Record::Change(ch) = second else { panic!("{second:?}") };
+        assert!(ch.new.is_none());
+    }
+}
