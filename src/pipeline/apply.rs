@@ -65,11 +65,25 @@ pub enum ApplyError {
         "`{out}` was made from export `{export}`, but `{kept}` holds another export (its `manifest-summary.json` differs), so the exports the output holds cannot be read again"
     )]
     BaseChanged { out: String, export: String, kept: String },
+    /// Another run committed the object-store output after this one read its head: the
+    /// compacted export the head listed went with that commit.
+    #[error(
+        "`{out}` was published by another run while this run was starting (the compacted export `{export}` the output kept went with that commit); this run changed nothing"
+    )]
+    Replaced { out: String, export: String },
 }
 
 impl ApplyError {
+    /// Another run changed the output first.
+    pub fn is_concurrent_run(&self) -> bool {
+        matches!(self, ApplyError::Replaced { .. })
+    }
+
     pub fn hint(&self) -> Option<String> {
         match self {
+            ApplyError::Replaced { .. } => {
+                Some("run it again: it applies onto the output the other run published (or finds nothing to apply)".into())
+            }
             ApplyError::NoBase { .. } | ApplyError::BaseChanged { .. } => Some(
                 "unwind the full export with the incremental exports in one run (`etl unwind FULL INC1 INC2 … --out DIR`); the output then keeps `_etl/base/` and later exports can be applied to it alone".into(),
             ),
@@ -217,11 +231,29 @@ fn object_base(
                 }
                 .into());
             }
+            Err(SourceError::NotFound { .. }) if super::compact::is_compacted(e) && head_moved(url, head, settings) => {
+                return Err(ApplyError::Replaced { out: url.to_string(), export: export_id(e) }.into());
+            }
             Err(SourceError::NotFound { .. }) => return Err(no_base()),
             Err(e) => return Err(e.into()),
         }
     }
     Ok(base)
+}
+
+/// Whether the committed `_etl/run.json` of the object-store output at `url` is no longer
+/// `head` (another run committed since it was read).
+fn head_moved(url: &ObjectUrl, head: &RunManifest, settings: &super::UnwindSettings) -> bool {
+    let key = format!("{}{}", url.dir_prefix(), crate::sink::local::RUN_REPORT);
+    let rt = crate::store::io_runtime();
+    let now = rt.block_on(async {
+        let store = crate::store::open(url, &settings.aws).await.ok()?;
+        crate::store::get_if_exists(store.as_ref(), &ObjPath::from(key.as_str())).await.ok()?
+    });
+    match now.and_then(|b| serde_json::from_slice::<RunManifest>(&b).ok()) {
+        Some(m) => m.run_id != head.run_id,
+        None => true,
+    }
 }
 
 /// Orders the chain a run applies. Onto an existing output, gaps and overlaps before the exports
@@ -463,7 +495,7 @@ pub fn keep_compacted(
     let Some(covers) = applier.covers(plan) else { return Ok(None) };
     let root = scratch.join("compacted");
     let started = Instant::now();
-    let c = super::compact::write(&root, &covers, applier.compacted(read))?;
+    let c = super::compact::write(&root, &covers, &applier.compacted(read), settings.threads)?;
     for rel in &c.files {
         let kept = sink.keep_input(&format!("{BASE_DIR}/{rel}"), &Input::Path(root.join(rel)), None, false)?;
         if kept.is_none() {
@@ -481,4 +513,66 @@ pub fn keep_compacted(
     e.files = 0..0;
     tracing::info!(export = %c.id, records = c.records, ms = started.elapsed().as_millis() as u64, "kept the incremental exports compacted into one");
     Ok(Some(e))
+}
+
+/// The compacted export the committed run of an object-store output lists, if any: the one a
+/// run that commits after it replaces ([`drop_replaced_compacted`]).
+pub fn listed_compacted(target: &Target, sink: &dyn Sink) -> Option<crate::source::ExportInfo> {
+    match target {
+        Target::Object(_) => sink.previous()?.exports.iter().find(|e| super::compact::is_compacted(e)).cloned(),
+        Target::Path(_) => None,
+    }
+}
+
+/// After a run onto the object-store output at `target` committed listing `now` (its exports),
+/// deletes the compacted export `replaced` the previous commit listed, unless `now` lists it
+/// too. A folder output replaced its `_etl/base/` with the commit; on an object store
+/// `_etl/base/` is shared by runs, and the compacted export is the one kept file that grows with
+/// the chain, so each apply would otherwise leave a copy. A run still reading it started from
+/// the replaced commit, so its own conditional commit fails anyway. A failed delete is a
+/// warning: the files are only unread.
+pub fn drop_replaced_compacted(
+    target: &Target,
+    replaced: Option<&crate::source::ExportInfo>,
+    now: &[crate::source::ExportInfo],
+    aws: &AwsOptions,
+) {
+    let (Target::Object(url), Some(old)) = (target, replaced) else { return };
+    let id = export_id(old);
+    if now.iter().any(|e| export_id(e) == id) || !super::compact::is_compacted(old) {
+        return;
+    }
+    let prefix = format!("{}{BASE_DIR}/AWSDynamoDB/", url.dir_prefix());
+    let mut keys: Vec<String> =
+        ["manifest-files.json", "manifest-files.md5", "manifest-summary.json", "manifest-summary.md5"]
+            .iter()
+            .map(|n| format!("{prefix}{id}/{n}"))
+            .collect();
+    let rt = crate::store::io_runtime();
+    let result: Result<(), String> = rt.block_on(async {
+        use futures::TryStreamExt as _;
+        let store = crate::store::open(url, aws).await.map_err(|e| e.to_string())?;
+        // Its data files, `data/<id>-<n>.json.gz`, then the manifests, so a failed delete leaves
+        // an export whose manifests still name what it holds.
+        let data = ObjPath::from(format!("{prefix}data/").as_str());
+        let listed: Vec<object_store::ObjectMeta> =
+            store.list(Some(&data)).try_collect().await.map_err(|e| e.to_string())?;
+        let mut all: Vec<String> = listed
+            .into_iter()
+            .map(|m| m.location.to_string())
+            .filter(|k| k.strip_prefix(&format!("{prefix}data/{id}-")).is_some_and(|n| n.ends_with(".json.gz")))
+            .collect();
+        all.append(&mut keys);
+        for k in &all {
+            match store.delete(&ObjPath::from(k.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(format!("`{}`: {e}", url.url_of(k))),
+            }
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => tracing::info!(export = %id, "removed the compacted export the previous run kept"),
+        Err(e) => tracing::warn!(export = %id, error = %e, "cannot remove the compacted export the previous run kept"),
+    }
 }

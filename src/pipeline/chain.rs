@@ -178,6 +178,77 @@ pub fn item_in_incremental() -> Reject {
     }
 }
 
+/// One change record of an incremental export, parsed for [`Applier::reduce`].
+struct Parsed {
+    /// Its key attribute names, sorted.
+    names: Vec<String>,
+    /// [`key_bytes`] by `names`; `None` when a key is not a string, number or binary.
+    key: Option<Vec<u8>>,
+    write_time: i64,
+    /// The `{"Item":…}` line of the new image; `None` for a delete.
+    line_text: Option<String>,
+    /// The key attributes as a DynamoDB JSON object.
+    keys_json: String,
+    new_table: Option<TableLabel>,
+    /// For a delete: the table the mapping's key templates give the keys, if any.
+    keys_table: Option<TableLabel>,
+    line: u64,
+}
+
+/// The change records of one incremental data file, in line order. Rejected lines are skipped:
+/// pass one reads the same file and records them, with the file's checks and warnings.
+fn parse_file(
+    f: &DataFile,
+    type_attribute: &str,
+    mapping: Option<&Mapping>,
+    max_line_bytes: usize,
+    progress: &Arc<AtomicU64>,
+) -> Result<Vec<Parsed>, UnwindError> {
+    let mut framer = Framer::open(f, max_line_bytes, progress.clone())?;
+    let format = framer.format();
+    let mut out = Vec::new();
+    while let Some(frame) = framer.next_frame() {
+        let corrupt = matches!(frame, Frame::Corrupt { .. });
+        if let Unit::Record { record: Record::Change(c), line, .. } = unit(format, frame, max_line_bytes) {
+            let mut names: Vec<String> = c.keys.iter().map(|(k, _)| k.to_string()).collect();
+            names.sort();
+            let key = key_bytes(&names, &c.keys);
+            let new_table = c.new.as_ref().map(|n| route_label(type_attribute, mapping, n));
+            let keys_table = match (&c.new, mapping) {
+                (None, Some(m)) => match apply::route(m, &c.keys) {
+                    Route::Entity(ei) => Some(TableLabel::Mapped(m.entities[ei].table.clone())),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let line_text = c.new.as_ref().map(|n| {
+                let mut s = String::with_capacity(256);
+                s.push_str("{\"Item\":");
+                write_item_json(n, &mut s);
+                s.push('}');
+                s
+            });
+            let mut keys_json = String::with_capacity(64);
+            write_item_json(&c.keys, &mut keys_json);
+            out.push(Parsed {
+                names,
+                key,
+                write_time: c.write_time_micros,
+                line_text,
+                keys_json,
+                new_table,
+                keys_table,
+                line,
+            });
+        }
+        if corrupt {
+            break;
+        }
+    }
+    let _ = framer.finish(&f.display);
+    Ok(out)
+}
+
 /// Where the current images are written inside the scratch folder.
 const CURRENT_FILE: &str = "chain-current.jsonl";
 
@@ -188,12 +259,12 @@ impl Applier {
     pub fn reduce(
         chain: Chain,
         plan: &mut Plan,
-        type_attribute: &str,
-        mapping: Option<Arc<Mapping>>,
-        max_line_bytes: usize,
+        settings: &super::UnwindSettings,
         scratch: &Path,
         onto: Option<&Onto>,
     ) -> Result<Applier, UnwindError> {
+        let (type_attribute, mapping) = (settings.type_attribute.as_str(), settings.mapping.clone());
+        let (max_line_bytes, threads) = (settings.max_line_bytes, settings.threads);
         let new_exports =
             onto.map(|o| chain.incrementals.iter().map(|i| o.new_exports.contains(i)).collect::<Vec<bool>>());
         let mut a = Applier {
@@ -214,92 +285,75 @@ impl Applier {
         for i in plan.exports[a.chain.full].files.clone() {
             a.roles[i] = Role::Base;
         }
+        // The incremental exports' data files in application order, parsed on `threads`
+        // workers a window of files at a time (memory holds a window's records, not the
+        // chain's) and reduced in order, so the result is the same whatever `threads` is.
+        let tasks: Vec<(usize, usize)> = (0..a.chain.incrementals.len())
+            .flat_map(|pos| plan.exports[a.chain.incrementals[pos]].files.clone().map(move |i| (pos, i)))
+            .collect();
+        for &(_, i) in &tasks {
+            a.roles[i] = Role::Incremental;
+        }
         let progress = Arc::new(AtomicU64::new(0));
-        for pos in 0..a.chain.incrementals.len() {
-            let files = plan.exports[a.chain.incrementals[pos]].files.clone();
-            for i in files {
-                a.roles[i] = Role::Incremental;
-                a.read_file(pos, &plan.files[i], max_line_bytes, &progress)?;
+        let (type_attribute, mapping) = (a.type_attribute.clone(), a.mapping.clone());
+        let files = &plan.files;
+        let threads = threads.max(1);
+        for window in tasks.chunks(threads * 2) {
+            let parsed = super::pool::run::<_, UnwindError>(
+                threads,
+                window.len(),
+                |_| Ok(Vec::new()),
+                |out: &mut Vec<(usize, Vec<Parsed>)>, t, stop| {
+                    stop.check::<UnwindError>()?;
+                    let f = &files[window[t].1];
+                    out.push((t, parse_file(f, &type_attribute, mapping.as_deref(), max_line_bytes, &progress)?));
+                    Ok(())
+                },
+            )?;
+            let mut slots: Vec<Vec<Parsed>> = (0..window.len()).map(|_| Vec::new()).collect();
+            for (t, records) in parsed.into_iter().flatten() {
+                slots[t] = records;
+            }
+            for (&(pos, i), records) in window.iter().zip(slots) {
+                for p in records {
+                    a.change(pos, p, &files[i].display);
+                }
             }
         }
         a.write_current(plan, scratch)?;
         Ok(a)
     }
 
-    fn read_file(
-        &mut self,
-        pos: usize,
-        f: &DataFile,
-        max_line_bytes: usize,
-        progress: &Arc<AtomicU64>,
-    ) -> Result<(), UnwindError> {
-        let mut framer = Framer::open(f, max_line_bytes, progress.clone())?;
-        let format = framer.format();
-        while let Some(frame) = framer.next_frame() {
-            let corrupt = matches!(frame, Frame::Corrupt { .. });
-            if let Unit::Record { record: Record::Change(c), line, .. } = unit(format, frame, max_line_bytes) {
-                self.change(pos, &c, &f.display, line);
-            }
-            if corrupt {
-                break;
-            }
-        }
-        // Checks and warnings about the file are pass one's, which reads it again.
-        let _ = framer.finish(&f.display);
-        Ok(())
-    }
-
-    fn change(&mut self, pos: usize, c: &crate::decode::Change<'_>, file: &str, line: u64) {
-        let mut names: Vec<String> = c.keys.iter().map(|(k, _)| k.to_string()).collect();
-        names.sort();
+    fn change(&mut self, pos: usize, p: Parsed, file: &str) {
+        let line = p.line;
         if self.key_names.is_empty() {
-            self.key_names = names;
-        } else if names != self.key_names {
+            self.key_names = p.names;
+        } else if p.names != self.key_names {
             self.warnings.push(format!(
                 "`{file}` line {line}: the change record's key attributes ({}) are not the table's ({}); it was not applied",
-                names.join(", "),
+                p.names.join(", "),
                 self.key_names.join(", ")
             ));
             return;
         }
-        let Some(key) = key_bytes(&self.key_names, &c.keys) else {
+        let Some(key) = p.key else {
             self.warnings.push(format!("`{file}` line {line}: a key attribute is not a string, number or binary; the change record was not applied"));
             return;
         };
         self.change_records += 1;
         self.per_export[pos] += 1;
-        let mapping = self.mapping.as_deref();
-        let new_table = c.new.as_ref().map(|n| route_label(&self.type_attribute, mapping, n));
-        let keys_table = match (&c.new, mapping) {
-            (None, Some(m)) => match apply::route(m, &c.keys) {
-                Route::Entity(ei) => Some(TableLabel::Mapped(m.entities[ei].table.clone())),
-                _ => None,
-            },
-            _ => None,
-        };
-        let line_text = c.new.as_ref().map(|n| {
-            let mut s = String::with_capacity(256);
-            s.push_str("{\"Item\":");
-            write_item_json(n, &mut s);
-            s.push('}');
-            s
-        });
+        let (new_table, keys_table, line_text) = (p.new_table, p.keys_table, p.line_text);
         let is_new = self.new_exports.as_ref().and_then(|n| n.get(pos).copied());
-        let prev = (is_new == Some(false)).then(|| (c.write_time_micros, pos, new_table.clone()));
+        let prev = (is_new == Some(false)).then(|| (p.write_time, pos, new_table.clone()));
         let has_image = line_text.is_some();
-        let keys_json = |keys: &Item<'_>| {
-            let mut s = String::with_capacity(64);
-            write_item_json(keys, &mut s);
-            s
-        };
         let known = self.index.get(key.as_slice()).copied();
         let next = Final {
-            write_time: c.write_time_micros,
+            write_time: p.write_time,
             export: pos,
             line: line_text,
             keys: match known {
                 Some(i) => std::mem::take(&mut self.finals[i as usize].keys),
-                None => keys_json(&c.keys).into_boxed_str(),
+                None => p.keys_json.into_boxed_str(),
             },
             new_table,
             keys_table,

@@ -6,16 +6,17 @@
 //! 8,760 of them, every one read again each hour). So a chain run keeps the full export and, in
 //! place of its incremental exports, one incremental export etl writes itself: the chain's final
 //! change per key, with the `WriteTimestampMicros` of the write that won, in DynamoDB's own layout
-//! and format (an `INCREMENTAL_EXPORT` of `NEW_IMAGE` view in DynamoDB JSON, one gzip data file
-//! in the shared `AWSDynamoDB/data/` folder, `manifest-files.json` with its MD5 and item count,
-//! `.md5` side files), covering from the first window's start to the last window's end.
+//! and format (an `INCREMENTAL_EXPORT` of `NEW_IMAGE` view in DynamoDB JSON, gzip data files of
+//! [`RECORDS_PER_FILE`] records in the shared `AWSDynamoDB/data/` folder, `manifest-files.json`
+//! with their MD5s and item counts, `.md5` side files), covering from the first window's start to
+//! the last window's end.
 //!
 //! Reducing it with later exports gives the final changes that reducing every export it replaces
 //! gives (the last write wins, and it holds each key's last write), so an apply onto a compacted
 //! output writes the same tables, byte for byte. It leaves out the deletes of keys the full export
 //! does not hold: they change nothing the next run reads. So what an output keeps, and what an
 //! apply reads again, is bounded by the table and the keys changed, not by the number of exports
-//! applied. The export's id is `etl-compacted-<last window's end, epoch ms>-<MD5 of its data file>`,
+//! applied. The export's id is `etl-compacted-<last window's end, epoch ms>-<MD5 of its data>`,
 //! so a name is only ever given the same bytes (an object-store output's `_etl/base/` is shared by
 //! its runs).
 
@@ -69,56 +70,63 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> UnwindError + '_ {
     move |source| UnwindError::Io { action: "write", path: path.display().to_string(), source }
 }
 
-/// Writes `changes` (in the order given) as one incremental export under `root`.
-pub fn write<'a>(
+/// Change records per data file of a compacted export: its files are parsed in parallel by the
+/// next apply's reduce, and written in parallel here.
+pub const RECORDS_PER_FILE: usize = 131_072;
+
+/// Writes `changes` (in the order given) as one incremental export under `root`, its data files
+/// of [`RECORDS_PER_FILE`] records each written on `threads` workers. The bytes depend only on
+/// `changes` and `covers`.
+pub fn write(
     root: &Path,
     covers: &Covers<'_>,
-    changes: impl IntoIterator<Item = FinalChange<'a>>,
+    changes: &[FinalChange<'_>],
+    threads: usize,
 ) -> Result<Compacted, UnwindError> {
     let data_dir = root.join("AWSDynamoDB").join("data");
     std::fs::create_dir_all(&data_dir).map_err(io(&data_dir))?;
-    let staged = data_dir.join(".compacting.json.gz");
-    let file = std::fs::File::create(&staged).map_err(io(&staged))?;
-    let hashing = HashingWriter { inner: std::io::BufWriter::new(file), md5: Md5::new() };
-    let mut gz = flate2::write::GzEncoder::new(hashing, flate2::Compression::fast());
-    let mut records = 0u64;
-    let mut line = String::with_capacity(512);
-    for c in changes {
-        line.clear();
-        line.push_str("{\"Metadata\":{\"WriteTimestampMicros\":{\"N\":\"");
-        line.push_str(&c.write_time_micros.to_string());
-        line.push_str("\"}},\"Keys\":");
-        line.push_str(c.keys);
-        if let Some(image) = c.image {
-            line.push_str(",\"NewImage\":");
-            line.push_str(image);
-        }
-        line.push_str("}\n");
-        gz.write_all(line.as_bytes()).map_err(io(&staged))?;
-        records += 1;
+    let parts: Vec<&[FinalChange<'_>]> =
+        if changes.is_empty() { vec![&[]] } else { changes.chunks(RECORDS_PER_FILE).collect() };
+    let staged = |n: usize| data_dir.join(format!(".compacting-{n}.json.gz"));
+    let written = super::pool::run::<_, UnwindError>(
+        threads,
+        parts.len(),
+        |_| Ok(Vec::new()),
+        |out: &mut Vec<(usize, [u8; 16])>, n, stop| {
+            stop.check::<UnwindError>()?;
+            out.push((n, write_part(&staged(n), parts[n])?));
+            Ok(())
+        },
+    )?;
+    let mut digests = vec![[0u8; 16]; parts.len()];
+    for (n, d) in written.into_iter().flatten() {
+        digests[n] = d;
     }
-    let mut hashing = gz.finish().map_err(io(&staged))?;
-    hashing.inner.flush().map_err(io(&staged))?;
-    let HashingWriter { inner, md5 } = hashing;
-    drop(inner);
-    let digest = md5.finalize();
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    // The id names the data: the MD5 of the data files' MD5s, in order.
+    let mut all = Md5::new();
+    digests.iter().for_each(|d| all.update(d));
+    let hex: String = all.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
     let end_ms = chrono::DateTime::parse_from_rfc3339(covers.to_time).map(|t| t.timestamp_millis()).unwrap_or(0);
     let id = format!("{COMPACTED_PREFIX}{end_ms:014}-{hex}");
-    let data_key = format!("AWSDynamoDB/data/{id}.json.gz");
-    let data_path = root.join(&data_key);
-    std::fs::rename(&staged, &data_path).map_err(io(&data_path))?;
+    let mut files_bytes = Vec::new();
+    let mut data_keys = Vec::new();
+    for (n, (part, digest)) in parts.iter().zip(&digests).enumerate() {
+        let data_key = format!("AWSDynamoDB/data/{id}-{n}.json.gz");
+        let data_path = root.join(&data_key);
+        std::fs::rename(staged(n), &data_path).map_err(io(&data_path))?;
+        let line = serde_json::json!({
+            "itemCount": part.len(),
+            "md5Checksum": crate::source::md5_base64_digest(digest),
+            "dataFileS3Key": data_key,
+        });
+        files_bytes.extend_from_slice(format!("{line}\n").as_bytes());
+        data_keys.push(data_key);
+    }
+    let records = changes.len() as u64;
 
     let export_rel = format!("AWSDynamoDB/{id}");
     let export_dir = root.join(&export_rel);
     std::fs::create_dir_all(&export_dir).map_err(io(&export_dir))?;
-    let md5 = crate::source::md5_base64_digest(&digest);
-    let files_line = serde_json::json!({
-        "itemCount": records,
-        "md5Checksum": md5,
-        "dataFileS3Key": data_key,
-    });
-    let files_bytes = format!("{files_line}\n").into_bytes();
     let export_arn = match covers.table_arn {
         Some(t) => format!("{t}/export/{id}"),
         None => format!("export/{id}"),
@@ -152,8 +160,34 @@ pub fn write<'a>(
         std::fs::write(&p, bytes).map_err(io(&p))?;
         files.push(format!("{export_rel}/{name}"));
     }
-    files.push(data_key);
+    files.extend(data_keys);
     Ok(Compacted { id, files, records })
+}
+
+/// Writes one data file of change records at `path`; returns the MD5 of its bytes.
+fn write_part(path: &Path, changes: &[FinalChange<'_>]) -> Result<[u8; 16], UnwindError> {
+    let file = std::fs::File::create(path).map_err(io(path))?;
+    let hashing = HashingWriter { inner: std::io::BufWriter::new(file), md5: Md5::new() };
+    let mut gz = flate2::write::GzEncoder::new(hashing, flate2::Compression::fast());
+    let mut line = String::with_capacity(512);
+    for c in changes {
+        line.clear();
+        line.push_str("{\"Metadata\":{\"WriteTimestampMicros\":{\"N\":\"");
+        line.push_str(&c.write_time_micros.to_string());
+        line.push_str("\"}},\"Keys\":");
+        line.push_str(c.keys);
+        if let Some(image) = c.image {
+            line.push_str(",\"NewImage\":");
+            line.push_str(image);
+        }
+        line.push_str("}\n");
+        gz.write_all(line.as_bytes()).map_err(io(path))?;
+    }
+    let mut hashing = gz.finish().map_err(io(path))?;
+    hashing.inner.flush().map_err(io(path))?;
+    let HashingWriter { inner, md5 } = hashing;
+    drop(inner);
+    Ok(md5.finalize().into())
 }
 
 /// Computes the MD5 of what goes through it.
@@ -206,12 +240,12 @@ mod tests {
                 image: None,
             },
         ];
-        let c = write(tmp.path(), &covers, changes).unwrap();
+        let c = write(tmp.path(), &covers, &changes, 2).unwrap();
         assert!(c.id.starts_with("etl-compacted-01768393200000-"), "{}", c.id);
         assert_eq!(c.records, 2);
         // Same changes, same bytes and name.
         let again = tempfile::tempdir().unwrap();
-        let c2 = write(again.path(), &covers, changes).unwrap();
+        let c2 = write(again.path(), &covers, &changes, 1).unwrap();
         assert_eq!(c2.id, c.id);
         for f in &c.files {
             assert_eq!(std::fs::read(tmp.path().join(f)).unwrap(), std::fs::read(again.path().join(f)).unwrap(), "{f}");

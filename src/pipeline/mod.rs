@@ -188,6 +188,7 @@ impl UnwindError {
             UnwindError::Source(e) => e.is_integrity(),
             // Another run wrote the same output: this one lost, the data is the other's.
             UnwindError::Sink(e) => e.is_concurrent_run(),
+            UnwindError::Apply(e) => e.is_concurrent_run(),
             UnwindError::State(e) => matches!(e, crate::state::StateError::Older { .. }),
             UnwindError::Shard(e) => e.is_policy(),
             _ => false,
@@ -260,15 +261,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
     }
     let chain = match chain {
-        Some(c) => Some(chain::Applier::reduce(
-            c,
-            &mut plan,
-            &settings.type_attribute,
-            settings.mapping.clone(),
-            settings.max_line_bytes,
-            &scratch,
-            onto.as_ref(),
-        )?),
+        Some(c) => Some(chain::Applier::reduce(c, &mut plan, settings, &scratch, onto.as_ref())?),
         None => None,
     };
     if let (Some(st), Some(c)) = (&mut state, &chain) {
@@ -321,6 +314,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         timings,
     })?;
     list_compacted(&mut manifest, compacted);
+    let replaced = apply::listed_compacted(&settings.target, sink.as_ref());
     progress.set_phase(Phase::Committing);
     if settings.format == Format::Delta {
         // Onto an existing output, the keys the new exports changed are merged into each table.
@@ -331,7 +325,9 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         let txn_version = delta_txn_version(manifest.state.as_ref(), &plan);
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge });
     }
-    publish(sink, manifest, schemas, settings, progress)
+    let summary = publish(sink, manifest, schemas, settings, progress)?;
+    apply::drop_replaced_compacted(&settings.target, replaced.as_ref(), &summary.report.exports, &settings.aws);
+    Ok(summary)
 }
 
 /// Lists in `manifest` what the output keeps of a chain: its full export, and the incremental

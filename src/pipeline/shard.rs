@@ -349,19 +349,7 @@ fn reduce_chain(
     settings: &UnwindSettings,
     scratch: &std::path::Path,
 ) -> Result<Option<Applier>, UnwindError> {
-    chain
-        .map(|c| {
-            Applier::reduce(
-                c,
-                plan,
-                &settings.type_attribute,
-                settings.mapping.clone(),
-                settings.max_line_bytes,
-                scratch,
-                None,
-            )
-        })
-        .transpose()
+    chain.map(|c| Applier::reduce(c, plan, settings, scratch, None)).transpose()
 }
 
 /// What one shard process did.
@@ -777,12 +765,14 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         },
     })?;
     super::list_compacted(&mut manifest, compacted);
+    let replaced = apply::listed_compacted(target, sink.as_ref());
     if settings.format == Format::Delta {
         let txn_version = super::delta_txn_version(manifest.state.as_ref(), &plan);
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None });
     }
     progress.set_phase(super::Phase::Committing);
     let summary = super::publish(sink, manifest, schemas, &settings, progress)?;
+    apply::drop_replaced_compacted(target, replaced.as_ref(), &summary.report.exports, aws);
     // A local Parquet commit replaced the folder, shards and all; a Delta commit adds to it,
     // and on an object store the part files were copied.
     if let Err(e) = area.remove_all() {

@@ -311,6 +311,24 @@ mod tests {
     }
 
     #[test]
+    fn a_compacted_export_stands_for_the_exports_the_output_applied() {
+        let full =
+            AppliedExport { incremental: false, from_time: None, export_time: Some("t0".into()), ..applied("f", "") };
+        let prev =
+            state(vec![full.clone(), applied("a", "2026-01-14T10:30:00Z"), applied("b", "2026-01-14T11:00:00Z")]);
+        let compacted = applied(&format!("{COMPACTED_PREFIX}1-x"), "2026-01-14T11:00:00Z");
+        // Read: the full export, the compacted one, then `c` (and `b` again, named after a crash).
+        let next = state(vec![
+            full.clone(),
+            compacted,
+            applied("b", "2026-01-14T11:00:00Z"),
+            applied("c", "2026-01-14T12:00:00Z"),
+        ]);
+        let ids: Vec<String> = with_held(next, &prev).applied.into_iter().map(|a| a.export_id).collect();
+        assert_eq!(ids, ["f", "a", "b", "c"]);
+    }
+
+    #[test]
     fn same_exports_are_a_no_op_and_older_ones_are_refused() {
         let prev = state(vec![applied("a", "2026-01-14T10:30:00Z"), applied("b", "2026-01-14T11:00:00Z")]);
         assert_eq!(compare(&prev, &prev.clone(), "o").unwrap(), Compared::AlreadyApplied);

@@ -158,7 +158,7 @@ fn the_real_fixture_applied_one_export_at_a_time() {
     assert_eq!(
         names,
         [
-            format!("AWSDynamoDB/data/{id}.json.gz"),
+            format!("AWSDynamoDB/data/{id}-0.json.gz"),
             format!("AWSDynamoDB/{id}/manifest-files.json"),
             format!("AWSDynamoDB/{id}/manifest-files.md5"),
             format!("AWSDynamoDB/{id}/manifest-summary.json"),
@@ -407,7 +407,7 @@ fn applies_keep_the_incremental_exports_compacted_into_one() {
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(shared, [format!("{compacted}.json.gz")], "{at}");
+        assert_eq!(shared, [format!("{compacted}-0.json.gz")], "{at}");
 
         let report = run_report(&out);
         let read: Vec<String> =
@@ -421,7 +421,7 @@ fn applies_keep_the_incremental_exports_compacted_into_one() {
             assert!(read.iter().any(|f| f.ends_with(&name)), "{at}: the new export's `{name}` was not read: {read:?}");
         }
         if let Some(before) = &compacted_before {
-            let name = format!("_etl/base/AWSDynamoDB/data/{before}.json.gz");
+            let name = format!("_etl/base/AWSDynamoDB/data/{before}-0.json.gz");
             assert!(read.iter().any(|f| f.ends_with(&name)), "{at}: the compacted export was not read: {read:?}");
         }
         let summary: Json = serde_json::from_slice(
@@ -438,6 +438,14 @@ fn applies_keep_the_incremental_exports_compacted_into_one() {
         assert_eq!(applied, want, "{at}");
         compacted_before = Some(compacted);
     }
+    // The whole chain in one run on one thread keeps the same bytes in `_etl/base/`: compacting
+    // one export at a time or all at once, reducing on one worker or two, gives one export.
+    let one = tmp.path().join("one-thread");
+    let mut sources: Vec<&Path> = vec![&full];
+    sources.extend(incs.iter().map(PathBuf::as_path));
+    unwind(&sources, &one, &["--threads", "1"], 0);
+    assert_eq!(tree(&one.join("_etl/base")), tree(&out.join("_etl/base")));
+    assert_eq!(table_bytes(&one), table_bytes(&out));
     // The last export again: a no-op that rewrites nothing, the compacted export included.
     let before = stamps(&out);
     let run = unwind(&[&incs[3]], &out, &[], 0);

@@ -206,11 +206,15 @@ fn two_applies_onto_one_s3_output_one_commits() {
     assert_eq!((s3_keys(m, &c.bucket, "race/"), s3_get(m, &c.bucket, "race/_etl/run.json")), winner);
     let report = s3_report(m, &c.bucket, "race/");
     assert_eq!(s3_table_bytes(m, &c.bucket, "race/", &report), local_table_bytes(&c.reference));
+    // Run again, the loser finds the export applied.
+    let r = etl_aws(m, &["unwind", &inc2, "--out", &out], 0);
+    assert!(r.stderr.contains("nothing to apply"), "{}", r.stderr);
 }
 
 /// Exports in another bucket than the output's are streamed into its `_etl/base/` (no
 /// server-side copy across buckets), byte for byte, and applied as from the output's own bucket;
-/// the incremental exports are kept compacted into one.
+/// the incremental exports are kept compacted into one, and each apply's commit removes the one
+/// the run before it kept.
 #[test]
 fn exports_in_another_bucket_are_kept_and_applied() {
     let Some(m) = moto() else { return };
@@ -243,10 +247,14 @@ fn exports_in_another_bucket_are_kept_and_applied() {
     assert!(compacted.starts_with("etl-compacted-"), "{exports:?}");
     assert_eq!(exports[1], format!("_etl/base/AWSDynamoDB/{compacted}"));
     let base = s3_keys(m, &other, "out/_etl/base/");
-    assert!(base.contains(&format!("out/_etl/base/AWSDynamoDB/data/{compacted}.json.gz")), "{base:?}");
+    assert!(base.contains(&format!("out/_etl/base/AWSDynamoDB/data/{compacted}-0.json.gz")), "{base:?}");
     for inc in &c.incs {
         assert!(!base.iter().any(|k| k.contains(inc.as_str())), "{inc} kept: {base:?}");
     }
+    // The first apply's compacted export went with the second apply's commit: one is kept.
+    let kept: Vec<&String> = base.iter().filter(|k| k.contains("etl-compacted-")).collect();
+    assert_eq!(kept.len(), 5, "{kept:?}");
+    assert!(kept.iter().all(|k| k.contains(compacted)), "{kept:?}");
     assert_eq!(report["state"]["applied"].as_array().map(Vec::len), Some(3), "{}", report["state"]);
     assert_eq!(s3_table_bytes(m, &other, "out/", &report), local_table_bytes(&c.reference));
 }

@@ -84,6 +84,13 @@ fn a_chain_applied_onto_s3_delta_tables_equals_the_local_chain_at_every_version(
     let applied: Vec<&str> =
         report["state"]["applied"].as_array().unwrap().iter().map(|a| a["export_id"].as_str().unwrap()).collect();
     assert_eq!(applied, [c.full.as_str(), c.incs[0].as_str(), c.incs[1].as_str()]);
+    // `_etl/base/` keeps the two incremental exports compacted into one export (its 4 manifest
+    // and side files and its data file); the first apply's went with the second's commit.
+    let compacted: Vec<String> =
+        s3_keys(m, &c.bucket, "lake/_etl/base/").into_iter().filter(|k| k.contains("etl-compacted-")).collect();
+    assert_eq!(compacted.len(), 5, "{compacted:?}");
+    let listed = report["exports"][1]["export_dir"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    assert!(compacted.iter().all(|k| k.contains(&listed)), "{listed}: {compacted:?}");
     assert_eq!(report["delta_history"].as_array().unwrap().len(), 3, "{}", report["delta_history"]);
     let merged: Vec<&str> = report["tables"]
         .as_array()
