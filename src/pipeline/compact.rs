@@ -60,7 +60,8 @@ pub struct Covers<'a> {
 #[derive(Debug, Clone)]
 pub struct Compacted {
     pub id: String,
-    /// Its files, relative to `root`, `/`-separated: the manifests and side files, then the data file.
+    /// Its files, relative to `root`, `/`-separated: the manifests and side files, then the data
+    /// files in order.
     pub files: Vec<String>,
     /// Change records written.
     pub records: u64,
@@ -291,5 +292,48 @@ mod tests {
         let second = crate::decode::json::decode_export_line(lines[1]).unwrap();
         let crate::decode::Record::Change(ch) = second else { panic!("{second:?}") };
         assert!(ch.new.is_none());
+    }
+
+    #[test]
+    fn a_large_compacted_export_is_cut_into_files_read_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let covers =
+            Covers { table_arn: None, from_time: "2026-01-14T10:20:00.000Z", to_time: "2026-01-14T10:40:00.000Z" };
+        let keys: Vec<String> = (0..RECORDS_PER_FILE + 2).map(|i| format!(r#"{{"PK":{{"S":"k{i:07}"}}}}"#)).collect();
+        let changes: Vec<FinalChange<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| FinalChange { write_time_micros: i as i64, keys: k, image: None })
+            .collect();
+        let c = write(tmp.path(), &covers, &changes, 2).unwrap();
+        assert_eq!(
+            c.files[4..],
+            [format!("AWSDynamoDB/data/{}-0.json.gz", c.id), format!("AWSDynamoDB/data/{}-1.json.gz", c.id)]
+        );
+        let one = tempfile::tempdir().unwrap();
+        assert_eq!(write(one.path(), &covers, &changes, 1).unwrap().id, c.id, "the same bytes on one worker");
+        let plan = crate::source::resolve(
+            &[Location::Path(export_dir(tmp.path(), &c))],
+            &AwsOptions::default(),
+            &ScanSettings::default(),
+            &tmp.path().join("spool"),
+        )
+        .unwrap();
+        assert_eq!(plan.exports[0].manifest_files_item_count, RECORDS_PER_FILE as u64 + 2);
+        assert_eq!(plan.files.len(), 2);
+        // The second file starts where the first ends.
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(tmp.path().join(&c.files[5])).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        assert_eq!(text.lines().count(), 2);
+        assert!(
+            text.starts_with(&format!(
+                r#"{{"Metadata":{{"WriteTimestampMicros":{{"N":"{RECORDS_PER_FILE}"}}}},"Keys":{{"PK""#
+            )),
+            "{text}"
+        );
     }
 }
