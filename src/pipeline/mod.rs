@@ -281,10 +281,12 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
     let read = read::read_all(&plan, read::Scope::all(&plan), settings, mapped, chain.as_ref(), &scratch, progress)?;
     let t_read = t_read.elapsed();
+    let t_compact = Instant::now();
     let compacted = match (&chain, kept) {
         (Some(c), Some(_)) => apply::keep_compacted(c, &plan, &read.chain, sink.as_ref(), settings, &scratch)?,
         _ => None,
     };
+    let t_compact = if compacted.is_some() { t_compact.elapsed().as_millis() as u64 } else { 0 };
 
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
@@ -298,7 +300,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         read_and_decode: t_read.as_millis() as u64,
         write: t_write.as_millis() as u64,
         total: 0,
-        keep_base: kept.map_or(0, |k| k.millis),
+        keep_base: kept.map_or(0, |k| k.millis) + t_compact,
     };
     let (mut manifest, schemas) = assemble(Assembly {
         plan: &plan,

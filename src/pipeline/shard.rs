@@ -738,10 +738,12 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         chain: chain_read,
     };
     // The chain's incremental exports are kept compacted, as one run keeps them.
+    let t_compact = Instant::now();
     let compacted = match (&applier, keeping.kept) {
         (Some(a), Some(_)) => apply::keep_compacted(a, &plan, &read.chain, sink.as_ref(), &settings, &scratch)?,
         _ => None,
     };
+    let t_compact = if compacted.is_some() { t_compact.elapsed().as_millis() as u64 } else { 0 };
     let written = Written { tables, ..first.written.clone() };
     let started_at = manifests.iter().map(|(_, m)| m.started_at.clone()).min().unwrap_or_default();
     let (mut manifest, schemas) = super::assemble(Assembly {
@@ -761,7 +763,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             read_and_decode: read_ms,
             write: t_write.as_millis() as u64,
             total: 0,
-            keep_base: keeping.kept.map_or(0, |k| k.millis),
+            keep_base: keeping.kept.map_or(0, |k| k.millis) + t_compact,
         },
     })?;
     super::list_compacted(&mut manifest, compacted);

@@ -442,7 +442,8 @@ pub struct Timings {
     pub write: u64,
     /// Up to writing this report; publishing follows it.
     pub total: u64,
-    /// Copying the exports read into `_etl/base/` (part of `total`).
+    /// Copying the exports read into `_etl/base/`, and writing a chain's incremental exports
+    /// compacted into one there (part of `total`).
     #[serde(default)]
     pub keep_base: u64,
 }
