@@ -543,11 +543,7 @@ pub fn drop_replaced_compacted(
         return;
     }
     let prefix = format!("{}{BASE_DIR}/AWSDynamoDB/", url.dir_prefix());
-    let mut keys: Vec<String> =
-        ["manifest-files.json", "manifest-files.md5", "manifest-summary.json", "manifest-summary.md5"]
-            .iter()
-            .map(|n| format!("{prefix}{id}/{n}"))
-            .collect();
+    let mut keys: Vec<String> = super::compact::MANIFEST_FILES.iter().map(|n| format!("{prefix}{id}/{n}")).collect();
     let rt = crate::store::io_runtime();
     let result: Result<(), String> = rt.block_on(async {
         use futures::TryStreamExt as _;

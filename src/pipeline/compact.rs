@@ -75,6 +75,11 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> UnwindError + '_ {
 /// next apply's reduce, and written in parallel here.
 pub const RECORDS_PER_FILE: usize = 131_072;
 
+/// The manifests of a compacted export, in its folder (its data files are in the shared
+/// `AWSDynamoDB/data/`), in the order [`write`] lists them.
+pub const MANIFEST_FILES: [&str; 4] =
+    ["manifest-files.json", "manifest-files.md5", "manifest-summary.json", "manifest-summary.md5"];
+
 /// Writes `changes` (in the order given) as one incremental export under `root`, its data files
 /// of [`RECORDS_PER_FILE`] records each written on `threads` workers. The bytes depend only on
 /// `changes` and `covers`.
@@ -151,12 +156,9 @@ pub fn write(
     let summary_bytes = serde_json::to_vec(&summary)
         .map_err(|e| UnwindError::Internal { message: format!("cannot encode a compacted export's summary: {e}") })?;
     let mut files = Vec::new();
-    for (name, bytes) in [
-        ("manifest-files.json", files_bytes.clone()),
-        ("manifest-files.md5", crate::source::md5_base64(&files_bytes).into_bytes()),
-        ("manifest-summary.json", summary_bytes.clone()),
-        ("manifest-summary.md5", crate::source::md5_base64(&summary_bytes).into_bytes()),
-    ] {
+    let files_md5 = crate::source::md5_base64(&files_bytes).into_bytes();
+    let summary_md5 = crate::source::md5_base64(&summary_bytes).into_bytes();
+    for (name, bytes) in MANIFEST_FILES.into_iter().zip([files_bytes, files_md5, summary_bytes, summary_md5]) {
         let p = export_dir.join(name);
         std::fs::write(&p, bytes).map_err(io(&p))?;
         files.push(format!("{export_rel}/{name}"));
@@ -221,6 +223,17 @@ mod tests {
     use crate::source::live::ScanSettings;
     use crate::store::Location;
 
+    /// The text of a gzip data file.
+    fn gunzip(path: &Path) -> String {
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        text
+    }
+
     #[test]
     fn a_compacted_export_is_an_incremental_export_etl_reads_and_verifies() {
         let tmp = tempfile::tempdir().unwrap();
@@ -274,12 +287,7 @@ mod tests {
         assert_eq!(plan.files.len(), 1);
 
         // The lines decode as the change records written, numbers exact.
-        let mut text = String::new();
-        std::io::Read::read_to_string(
-            &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(tmp.path().join(&c.files[4])).unwrap()),
-            &mut text,
-        )
-        .unwrap();
+        let text = gunzip(&tmp.path().join(&c.files[4]));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
         let first = crate::decode::json::decode_export_line(lines[0]).unwrap();
@@ -322,12 +330,7 @@ mod tests {
         assert_eq!(plan.exports[0].manifest_files_item_count, RECORDS_PER_FILE as u64 + 2);
         assert_eq!(plan.files.len(), 2);
         // The second file starts where the first ends.
-        let mut text = String::new();
-        std::io::Read::read_to_string(
-            &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(tmp.path().join(&c.files[5])).unwrap()),
-            &mut text,
-        )
-        .unwrap();
+        let text = gunzip(&tmp.path().join(&c.files[5]));
         assert_eq!(text.lines().count(), 2);
         assert!(
             text.starts_with(&format!(

@@ -649,11 +649,7 @@ pub(in crate::sink) async fn upload_all(
     url: &ObjectUrl,
     uploads: &[(PathBuf, String)],
 ) -> Result<(), SinkError> {
-    futures::stream::iter(uploads.iter().map(|(path, key)| upload(store, path, key, url)))
-        .buffer_unordered(CONCURRENT_UPLOADS)
-        .try_collect::<Vec<()>>()
-        .await
-        .map(|_| ())
+    at_most(CONCURRENT_UPLOADS, uploads.iter().map(|(path, key)| upload(store, path, key, url))).await
 }
 
 /// Copies objects of `store` server-side (`(from, to)` keys), a few dozen at once: no bytes go
@@ -663,13 +659,24 @@ pub(in crate::sink) async fn copy_all(
     url: &ObjectUrl,
     copies: &[(String, String)],
 ) -> Result<(), SinkError> {
-    futures::stream::iter(copies.iter().map(|(from, to)| async move {
-        store.copy(&ObjPath::from(from.as_str()), &ObjPath::from(to.as_str())).await.map_err(obj_err("copy", url, from))
-    }))
-    .buffer_unordered(CONCURRENT_COPIES)
-    .try_collect::<Vec<()>>()
+    at_most(
+        CONCURRENT_COPIES,
+        copies.iter().map(|(from, to)| async move {
+            store
+                .copy(&ObjPath::from(from.as_str()), &ObjPath::from(to.as_str()))
+                .await
+                .map_err(obj_err("copy", url, from))
+        }),
+    )
     .await
-    .map(|_| ())
+}
+
+/// Runs `requests`, at most `limit` at once; the first error stops the rest.
+async fn at_most<F>(limit: usize, requests: impl Iterator<Item = F>) -> Result<(), SinkError>
+where
+    F: std::future::Future<Output = Result<(), SinkError>>,
+{
+    futures::stream::iter(requests).buffer_unordered(limit).try_collect::<()>().await
 }
 
 pub(in crate::sink) async fn upload(
