@@ -491,10 +491,10 @@ pub fn keep_compacted(
     sink: &dyn Sink,
     settings: &super::UnwindSettings,
     scratch: &Path,
-) -> Result<Option<crate::source::ExportInfo>, UnwindError> {
+) -> Result<Option<KeptCompacted>, UnwindError> {
+    let started = Instant::now();
     let Some(covers) = applier.covers(plan) else { return Ok(None) };
     let root = scratch.join("compacted");
-    let started = Instant::now();
     let c = super::compact::write(&root, &covers, &applier.compacted(read), settings.threads)?;
     for rel in &c.files {
         let kept = sink.keep_input(&format!("{BASE_DIR}/{rel}"), &Input::Path(root.join(rel)), None, false)?;
@@ -511,8 +511,18 @@ pub fn keep_compacted(
     // Where the output keeps it, relative to the output (the same in every output of the chain).
     e.export_dir = format!("{BASE_DIR}/AWSDynamoDB/{}", c.id);
     e.files = 0..0;
-    tracing::info!(export = %c.id, records = c.records, ms = started.elapsed().as_millis() as u64, "kept the incremental exports compacted into one");
-    Ok(Some(e))
+    let millis = started.elapsed().as_millis() as u64;
+    tracing::info!(export = %c.id, records = c.records, ms = millis, "kept the incremental exports compacted into one");
+    Ok(Some(KeptCompacted { export: e, millis }))
+}
+
+/// The compacted export a run kept ([`keep_compacted`]).
+#[derive(Debug)]
+pub struct KeptCompacted {
+    /// As the run's manifest lists it.
+    pub export: crate::source::ExportInfo,
+    /// Writing and keeping it (part of the run's `timings_ms.keep_base`).
+    pub millis: u64,
 }
 
 /// The compacted export the committed run of an object-store output lists, if any: the one a

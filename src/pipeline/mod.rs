@@ -281,12 +281,10 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
     let read = read::read_all(&plan, read::Scope::all(&plan), settings, mapped, chain.as_ref(), &scratch, progress)?;
     let t_read = t_read.elapsed();
-    let t_compact = Instant::now();
     let compacted = match (&chain, kept) {
         (Some(c), Some(_)) => apply::keep_compacted(c, &plan, &read.chain, sink.as_ref(), settings, &scratch)?,
         _ => None,
     };
-    let t_compact = if compacted.is_some() { t_compact.elapsed().as_millis() as u64 } else { 0 };
 
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
@@ -300,7 +298,7 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         read_and_decode: t_read.as_millis() as u64,
         write: t_write.as_millis() as u64,
         total: 0,
-        keep_base: kept.map_or(0, |k| k.millis) + t_compact,
+        keep_base: kept.map_or(0, |k| k.millis) + compacted.as_ref().map_or(0, |c| c.millis),
     };
     let (mut manifest, schemas) = assemble(Assembly {
         plan: &plan,
@@ -316,7 +314,6 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         timings,
     })?;
     list_compacted(&mut manifest, compacted);
-    let replaced = apply::listed_compacted(&settings.target, sink.as_ref());
     progress.set_phase(Phase::Committing);
     if settings.format == Format::Delta {
         // Onto an existing output, the keys the new exports changed are merged into each table.
@@ -327,21 +324,21 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         let txn_version = delta_txn_version(manifest.state.as_ref(), &plan);
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge });
     }
-    let summary = publish(sink, manifest, schemas, settings, progress)?;
-    apply::drop_replaced_compacted(&settings.target, replaced.as_ref(), &summary.report.exports, &settings.aws);
-    Ok(summary)
+    publish(sink, manifest, schemas, settings, progress)
 }
 
 /// Lists in `manifest` what the output keeps of a chain: its full export, and the incremental
 /// exports compacted into one ([`compact`]), when they were.
-pub(crate) fn list_compacted(manifest: &mut RunManifest, compacted: Option<source::ExportInfo>) {
-    if let Some(e) = compacted {
+pub(crate) fn list_compacted(manifest: &mut RunManifest, compacted: Option<apply::KeptCompacted>) {
+    if let Some(c) = compacted {
         manifest.exports.retain(|x| x.window.is_none());
-        manifest.exports.push(e);
+        manifest.exports.push(c.export);
     }
 }
 
-/// Commits `manifest` through `sink`, and says what the run did.
+/// Commits `manifest` through `sink`, and says what the run did. On an object store, the
+/// compacted export the previous commit kept goes once this commit no longer lists it
+/// ([`apply::drop_replaced_compacted`]).
 pub(crate) fn publish(
     sink: Box<dyn sink::Sink>,
     manifest: RunManifest,
@@ -350,7 +347,9 @@ pub(crate) fn publish(
     progress: &Progress,
 ) -> Result<UnwindSummary, UnwindError> {
     let rejects = manifest.reconciliation.rejects;
+    let replaced = apply::listed_compacted(&settings.target, sink.as_ref());
     let (report, committed) = sink.commit(manifest, &schemas)?;
+    apply::drop_replaced_compacted(&settings.target, replaced.as_ref(), &report.exports, &settings.aws);
     if let Some(id) = &committed.run_id {
         info!(run_id = %id, "committed");
     }

@@ -738,12 +738,10 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         chain: chain_read,
     };
     // The chain's incremental exports are kept compacted, as one run keeps them.
-    let t_compact = Instant::now();
     let compacted = match (&applier, keeping.kept) {
         (Some(a), Some(_)) => apply::keep_compacted(a, &plan, &read.chain, sink.as_ref(), &settings, &scratch)?,
         _ => None,
     };
-    let t_compact = if compacted.is_some() { t_compact.elapsed().as_millis() as u64 } else { 0 };
     let written = Written { tables, ..first.written.clone() };
     let started_at = manifests.iter().map(|(_, m)| m.started_at.clone()).min().unwrap_or_default();
     let (mut manifest, schemas) = super::assemble(Assembly {
@@ -763,18 +761,16 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             read_and_decode: read_ms,
             write: t_write.as_millis() as u64,
             total: 0,
-            keep_base: keeping.kept.map_or(0, |k| k.millis) + t_compact,
+            keep_base: keeping.kept.map_or(0, |k| k.millis) + compacted.as_ref().map_or(0, |c| c.millis),
         },
     })?;
     super::list_compacted(&mut manifest, compacted);
-    let replaced = apply::listed_compacted(target, sink.as_ref());
     if settings.format == Format::Delta {
         let txn_version = super::delta_txn_version(manifest.state.as_ref(), &plan);
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None });
     }
     progress.set_phase(super::Phase::Committing);
     let summary = super::publish(sink, manifest, schemas, &settings, progress)?;
-    apply::drop_replaced_compacted(target, replaced.as_ref(), &summary.report.exports, aws);
     // A local Parquet commit replaced the folder, shards and all; a Delta commit adds to it,
     // and on an object store the part files were copied.
     if let Err(e) = area.remove_all() {
