@@ -324,6 +324,73 @@ fn generated_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
     crate::common::sample_chain(dir)
 }
 
+/// One apply onto tables of several files (`--target-file-bytes 1`: one file per input file), 3%
+/// of the items changed: a table with files that hold no changed key keeps them and rewrites only
+/// the others (`part-r…`) plus one file of the changed keys' rows (`part-u…`); a table whose every
+/// file holds a changed key gets this run's own files of the table in their place, none read or
+/// encoded again. Either way one MERGE commit, counts that add up to the rows of the new version,
+/// and exactly the rows of the Parquet chain.
+#[test]
+fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when_all_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "60", "--files", "8", "--seed", "11"];
+    let r =
+        etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "3", "--format", "dynamodb-json"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = crate::common::sample_chain(&dir);
+    let out = tmp.path().join("delta");
+    let small = ["--format", "delta", "--target-file-bytes", "1"];
+    unwind(&[&full], &out, &small, 0);
+    let before = versions(&out);
+    unwind(&[&incs[0]], &out, &small, 0);
+    let reference = tmp.path().join("parquet");
+    unwind(&[&full, &incs[0]], &reference, &[], 0);
+    let expected = table_rows(&reference);
+
+    let (mut some_kept, mut every_file) = (0, 0);
+    for t in run_report(&out)["tables"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let table = out.join(name);
+        let version = t["delta_version"].as_u64().unwrap();
+        if let Some(rows) = expected.get(name) {
+            assert_eq!(&version_rows(&table, version), rows, "`{name}`");
+        }
+        let m = &t["delta_merge"];
+        if m["mode"] != "merge" {
+            continue;
+        }
+        assert_eq!(version, before[name] + 1, "`{name}`: one commit");
+        let log = log_actions(&table, version);
+        assert_eq!(actions(&log, "commitInfo")[0]["operation"], "MERGE", "`{name}`");
+        assert_eq!(actions(&log, "remove").len() as u64, m["files_rewritten"].as_u64().unwrap(), "`{name}`");
+        let removed: u64 = actions(&log, "remove").iter().map(|r| r["size"].as_u64().unwrap()).sum();
+        assert_eq!(removed, m["bytes_rewritten"].as_u64().unwrap(), "`{name}`");
+        // The counts are exact: the old rows, less those of changed keys, plus their new rows.
+        let old = version_rows(&table, before[name]).len() as u64;
+        let new = version_rows(&table, version).len() as u64;
+        let (removed_rows, upserted) = (m["rows_removed"].as_u64().unwrap(), m["rows_upserted"].as_u64().unwrap());
+        assert_eq!(old - removed_rows + upserted, new, "`{name}`: {m}");
+        let had: std::collections::BTreeSet<PathBuf> = version_files(&table, before[name]).into_iter().collect();
+        let has = version_files(&table, version);
+        let added: Vec<String> = actions(&log, "add").iter().map(|a| a["path"].as_str().unwrap().to_owned()).collect();
+        let rewritten = |p: &String| p.starts_with("part-r") || p.starts_with("part-u");
+        if m["files_rewritten"].as_u64().unwrap() < had.len() as u64 {
+            some_kept += 1;
+            let kept = has.iter().filter(|f| had.contains(*f)).count() as u64;
+            assert_eq!(kept, had.len() as u64 - m["files_rewritten"].as_u64().unwrap(), "`{name}`");
+            assert!(added.iter().all(rewritten), "`{name}`: {added:?}");
+        } else {
+            every_file += 1;
+            assert!(has.iter().all(|f| !had.contains(f)), "`{name}`");
+            assert!(!added.is_empty() && !added.iter().any(rewritten), "`{name}`: {added:?}");
+            assert_eq!(m["files_added"].as_u64().unwrap(), added.len() as u64, "`{name}`");
+        }
+    }
+    assert!(some_kept > 0, "a table keeps files no changed key is in");
+    assert!(every_file > 0, "a table has a changed key in every file");
+}
+
 /// A full export, then 3 incremental exports applied one at a time as Delta MERGEs: after each,
 /// every table's new version holds exactly the rows the Parquet chain of as many exports holds,
 /// each commit rewrote only files holding changed keys, and every earlier version still reads
@@ -674,9 +741,11 @@ fn optimize_compacts_small_files_and_vacuum_deletes_what_no_version_needs() {
     let tmp = tempfile::tempdir().unwrap();
     let (full, incs) = generated_chain(&tmp.path().join("s"));
     let out = tmp.path().join("delta");
-    unwind(&[&full], &out, &["--format", "delta"], 0);
+    // One file per table and input file: tables of several small files.
+    let small = ["--format", "delta", "--target-file-bytes", "1"];
+    unwind(&[&full], &out, &small, 0);
     for inc in &incs {
-        unwind(&[inc], &out, &["--format", "delta"], 0);
+        unwind(&[inc], &out, &small, 0);
     }
     let before = versions(&out);
     let rows: std::collections::BTreeMap<String, Vec<String>> =
@@ -709,7 +778,7 @@ fn optimize_compacts_small_files_and_vacuum_deletes_what_no_version_needs() {
             assert!(has < had, "`{t}`: a commit that compacted nothing");
         }
     }
-    assert!(compacted > 0, "the merges left tables of several small files: {before:?}");
+    assert!(compacted > 0, "the runs left tables of several small files: {before:?}");
     let report = run_report(&out);
     assert_eq!(report["delta_history"].as_array().unwrap().len(), history + 1, "optimize adds one output version");
     let (rt, sess) = session(&out);

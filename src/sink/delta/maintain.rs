@@ -375,9 +375,16 @@ pub fn optimize(
             report.files_after = report.files_after - report.files_removed + report.files_added;
             tracing::info!(table = %t.name, version = committed.version(), files_removed = report.files_removed, files_added = report.files_added, "compacted the Delta table");
             crate::sink::faults::point("delta-table-optimized");
-            // The run's files still in the table, then the compacted ones.
+            // The run's files still in the table and the compacted ones; the compacted first when
+            // the run's first file was compacted, so the first file keeps the schema `etl sql`
+            // shows (a file left alone may be of another schema: columns a merge added).
+            let first_compacted = t.files.first().is_some_and(|f| removed.contains(&f.path));
             t.files.retain(|f| !removed.contains(&f.path));
-            t.files.extend(added);
+            if first_compacted {
+                t.files.splice(0..0, added);
+            } else {
+                t.files.extend(added);
+            }
         }
         // The table's latest version, compacted now or by an earlier optimize that stopped
         // before publishing `_etl/run.json` (its commits after the run's version change no rows:

@@ -155,7 +155,9 @@ fn plan_schema(table: &str, current_delta: &StructType, current_arrow: &Schema, 
     }
     let new_delta =
         if added.is_empty() { None } else { Some(StructType::try_new(delta_fields).map_err(|e| e.to_string())?) };
-    Ok(Plan { schema: Arc::new(Schema::new(fields)), fills, added, new_delta })
+    // The run's schema-level metadata (the entity) too, as every other file of the table has it.
+    let schema = Arc::new(Schema::new_with_metadata(fields, new.metadata().clone()));
+    Ok(Plan { schema, fills, added, new_delta })
 }
 
 /// The changed keys as rows of the key columns in the replay's types (`keys` in key-attribute
@@ -323,7 +325,6 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let fail = delta_err(table, &home.shown());
     let Some(contract) = contract else { return Ok(Merged::Replace("the table has no key columns".into())) };
     let snapshot = table_handle.snapshot().map_err(&fail)?;
-    let current_version = snapshot.version();
     let current_delta = snapshot.schema();
     let current_arrow = snapshot.snapshot().arrow_schema();
     let plan = match plan_schema(table, &current_delta, &current_arrow, &new_schema) {
@@ -342,6 +343,71 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     };
     let mut actions = Vec::new();
     let mut files = Vec::new();
+
+    // The files of the current version that hold a changed key, and how many rows of such keys
+    // each holds (their key columns only).
+    let current: Vec<(String, i64, deltalake::kernel::Remove)> =
+        snapshot.log_data().iter().map(|f| (f.path().into_owned(), f.size(), f.remove_action(true))).collect();
+    let total = current.len();
+    let mut holding = Vec::with_capacity(total);
+    for (rel, size, remove) in current {
+        let path = home.local_copy(&rel, scratch)?;
+        match changed_rows(&path, table, &keyset)? {
+            Ok(Some(KeyCount { changed: 0, .. })) => home.done_with(&path),
+            Ok(Some(count)) => holding.push((rel, size, remove, path, count.changed)),
+            Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
+            Err(reason) => return Ok(Merged::Replace(reason)),
+        }
+    }
+    // Every file holds a changed key: rewriting each without those rows and adding the changed
+    // keys' rows gives the replay's complete table, which the run has already written in the
+    // table's layout when its columns are the table's (in order, then the added ones, with the
+    // same types). Those parts are the commit's new files; nothing is read or encoded again.
+    if total > 0 && holding.len() == total && plan.schema.fields() == new_schema.fields() {
+        let mut counts = Vec::with_capacity(parts.len());
+        for part in &parts {
+            match changed_rows(part, table, &keyset)? {
+                Ok(Some(count)) => counts.push(count),
+                Ok(None) => return Ok(Merged::Replace("a part of this run lacks a key column".into())),
+                Err(reason) => return Ok(Merged::Replace(reason)),
+            }
+        }
+        report.rows_upserted = counts.iter().map(|c| c.changed).sum();
+        for (_, size, remove, path, changed) in holding {
+            report.rows_removed += changed;
+            report.files_rewritten += 1;
+            report.bytes_rewritten += size.max(0).unsigned_abs();
+            home.done_with(&path);
+            actions.push(Action::Remove(remove));
+        }
+        for (i, (part, count)) in parts.iter().zip(counts).enumerate() {
+            if count.rows == 0 {
+                continue;
+            }
+            let name = format!("part-{i:05}-{tag}.parquet");
+            let add = add_action(name.clone(), part, count.rows)?;
+            files.push(FileReport {
+                path: format!("{table}/{name}"),
+                rows: count.rows,
+                row_groups: count.row_groups,
+                bytes: add.size.max(0).unsigned_abs(),
+            });
+            actions.push(Action::Add(add));
+            home.place(part, &name)?;
+        }
+        let c = Commit {
+            table,
+            home,
+            table_handle: &table_handle,
+            plan: &plan,
+            keyset: &keyset,
+            txn_version,
+            actions,
+            report,
+            files,
+        };
+        return commit(c);
+    }
 
     // The changed keys' current rows, from the replay's complete table.
     let mut upserts = NewFile::create(
@@ -368,51 +434,18 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     }
     report.rows_upserted = upserts.rows;
 
-    // The files of the current version holding a changed key, rewritten without those rows.
-    let current: Vec<(String, i64, deltalake::kernel::Remove)> =
-        snapshot.log_data().iter().map(|f| (f.path().into_owned(), f.size(), f.remove_action(true))).collect();
-    let mut rewritten = 0usize;
-    for (rel, size, remove) in current {
-        let path = home.local_copy(&rel, scratch)?;
-        let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
-        let file_schema = builder.schema().clone();
-        let mut indices = Vec::with_capacity(keyset.names.len());
-        for n in &keyset.names {
-            match file_schema.index_of(n) {
-                Ok(i) => indices.push(i),
-                Err(_) => return Ok(Merged::Replace(format!("data file `{rel}` has no key column `{n}`"))),
-            }
-        }
-        let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
-        let mut holds = false;
-        for batch in
-            builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))?
-        {
-            let batch = batch.map_err(arrow_err(table, &path))?;
-            match keyset.matches(&batch) {
-                Ok(Some(m)) if m.true_count() > 0 => {
-                    holds = true;
-                    break;
-                }
-                Ok(_) => {}
-                Err(reason) => return Ok(Merged::Replace(reason)),
-            }
-        }
-        if !holds {
-            home.done_with(&path);
-            continue;
-        }
+    // The files holding a changed key, rewritten without those rows.
+    for (rewritten, (rel, size, remove, path, _)) in holding.into_iter().enumerate() {
         let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
+        let file_schema = reader.schema().clone();
         let mut out = NewFile::create(
             home.write_dir(scratch),
             format!("part-r{rewritten:05}-{tag}.parquet"),
-            file_schema.clone(),
+            file_schema,
             props,
             table,
         )?;
-        rewritten += 1;
         for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))? {
             let batch = batch.map_err(arrow_err(table, &path))?;
             let m = match keyset.matches(&batch) {
@@ -437,6 +470,39 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         actions.push(add);
         files.push(r);
     }
+    commit(Commit {
+        table,
+        home,
+        table_handle: &table_handle,
+        plan: &plan,
+        keyset: &keyset,
+        txn_version,
+        actions,
+        report,
+        files,
+    })
+}
+
+/// What [`commit`] commits.
+struct Commit<'a> {
+    table: &'a str,
+    home: &'a Home,
+    table_handle: &'a DeltaTable,
+    plan: &'a Plan,
+    keyset: &'a KeySet,
+    txn_version: Option<i64>,
+    actions: Vec<Action>,
+    report: DeltaMerge,
+    files: Vec<FileReport>,
+}
+
+/// The merge's one commit on the version it read: the added columns (if any) and `actions`,
+/// with the run's `txn`; nothing when there is nothing to change.
+fn commit(c: Commit<'_>) -> Result<Merged, SinkError> {
+    let Commit { table, home, table_handle, plan, keyset, txn_version, mut actions, mut report, files } = c;
+    let fail = delta_err(table, &home.shown());
+    let snapshot = table_handle.snapshot().map_err(&fail)?;
+    let current_version = snapshot.version();
     report.files_added = files.len() as u64;
     report.bytes_added = files.iter().map(|f| f.bytes).sum();
     if actions.is_empty() && plan.new_delta.is_none() {
@@ -472,6 +538,42 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         })
         .map_err(&fail)?;
     Ok(Merged::Done { version: committed.version(), report, files })
+}
+
+/// What [`changed_rows`] counted in one data file.
+struct KeyCount {
+    /// Rows holding a changed key.
+    changed: u64,
+    rows: u64,
+    row_groups: usize,
+}
+
+/// How many rows of the data file at `path` hold a changed key (its key columns read only);
+/// `Ok(None)` when it lacks a key column, `Err(reason)` when its keys cannot be compared (the
+/// table is then replaced whole).
+fn changed_rows(path: &Path, table: &str, keyset: &KeySet) -> Result<Result<Option<KeyCount>, String>, SinkError> {
+    let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, path))?;
+    let mut indices = Vec::with_capacity(keyset.names.len());
+    for n in &keyset.names {
+        match builder.schema().index_of(n) {
+            Ok(i) => indices.push(i),
+            Err(_) => return Ok(Ok(None)),
+        }
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+    let row_groups = builder.metadata().num_row_groups();
+    let (mut changed, mut rows) = (0, 0);
+    for batch in builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, path))? {
+        let batch = batch.map_err(arrow_err(table, path))?;
+        match keyset.matches(&batch) {
+            Ok(Some(m)) => changed += m.true_count() as u64,
+            Ok(None) => return Ok(Ok(None)),
+            Err(reason) => return Ok(Err(reason)),
+        }
+        rows += batch.num_rows() as u64;
+    }
+    Ok(Ok(Some(KeyCount { changed, rows, row_groups })))
 }
 
 #[cfg(test)]
@@ -510,6 +612,10 @@ mod tests {
         let evolved = p.new_delta.unwrap();
         assert!(evolved.field("added").unwrap().nullable, "an added column is nullable: old rows lack it");
         assert_eq!(evolved.fields().count(), 4);
+        // The file of upserted rows names the entity, as the table's other files do.
+        let entity = std::collections::HashMap::from([("etl.entity".to_owned(), "Order".to_owned())]);
+        let named = plan(&current, &new.clone().with_metadata(entity.clone())).unwrap();
+        assert_eq!(named.schema.metadata(), &entity);
 
         // Laid out: the int64 column cast exactly into the decimal, the gone column null.
         let batch = RecordBatch::try_new(
