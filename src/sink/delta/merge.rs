@@ -395,80 +395,68 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             actions.push(Action::Add(add));
             home.place(part, &name)?;
         }
-        let c = Commit {
-            table,
-            home,
-            table_handle: &table_handle,
-            plan: &plan,
-            keyset: &keyset,
-            txn_version,
-            actions,
-            report,
-            files,
-        };
-        return commit(c);
-    }
-
-    // The changed keys' current rows, from the replay's complete table.
-    let mut upserts = NewFile::create(
-        home.write_dir(scratch),
-        format!("part-u00000-{tag}.parquet"),
-        plan.schema.clone(),
-        props,
-        table,
-    )?;
-    for part in &parts {
-        let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
-        for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))? {
-            let batch = batch.map_err(arrow_err(table, part))?;
-            let mask = match keyset.matches(&batch) {
-                Ok(Some(m)) => m,
-                Ok(None) => return Ok(Merged::Replace("a part of this run lacks a key column".into())),
-                Err(reason) => return Ok(Merged::Replace(reason)),
-            };
-            let picked = filter_record_batch(&batch, &mask).map_err(arrow_err(table, part))?;
-            let laid = conform(&picked, &plan).map_err(arrow_err(table, part))?;
-            upserts.write(&laid, table)?;
-        }
-    }
-    report.rows_upserted = upserts.rows;
-
-    // The files holding a changed key, rewritten without those rows.
-    for (rewritten, (rel, size, remove, path, _)) in holding.into_iter().enumerate() {
-        let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
-        let file_schema = reader.schema().clone();
-        let mut out = NewFile::create(
+    } else {
+        // The changed keys' current rows, from the replay's complete table.
+        let mut upserts = NewFile::create(
             home.write_dir(scratch),
-            format!("part-r{rewritten:05}-{tag}.parquet"),
-            file_schema,
+            format!("part-u00000-{tag}.parquet"),
+            plan.schema.clone(),
             props,
             table,
         )?;
-        for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))? {
-            let batch = batch.map_err(arrow_err(table, &path))?;
-            let m = match keyset.matches(&batch) {
-                Ok(Some(m)) => m,
-                Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
-                Err(reason) => return Ok(Merged::Replace(reason)),
-            };
-            report.rows_removed += m.true_count() as u64;
-            let kept = filter_record_batch(&batch, &not(&m)).map_err(arrow_err(table, &path))?;
-            out.write(&kept, table)?;
+        for part in &parts {
+            let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
+            for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))? {
+                let batch = batch.map_err(arrow_err(table, part))?;
+                let mask = match keyset.matches(&batch) {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Ok(Merged::Replace("a part of this run lacks a key column".into())),
+                    Err(reason) => return Ok(Merged::Replace(reason)),
+                };
+                let picked = filter_record_batch(&batch, &mask).map_err(arrow_err(table, part))?;
+                let laid = conform(&picked, &plan).map_err(arrow_err(table, part))?;
+                upserts.write(&laid, table)?;
+            }
         }
-        report.files_rewritten += 1;
-        report.bytes_rewritten += size.max(0) as u64;
-        home.done_with(&path);
-        actions.push(Action::Remove(remove));
-        if let Some((add, r)) = out.finish_into(home, table)? {
+        report.rows_upserted = upserts.rows;
+
+        // The files holding a changed key, rewritten without those rows.
+        for (rewritten, (rel, size, remove, path, _)) in holding.into_iter().enumerate() {
+            let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
+            let file_schema = reader.schema().clone();
+            let mut out = NewFile::create(
+                home.write_dir(scratch),
+                format!("part-r{rewritten:05}-{tag}.parquet"),
+                file_schema,
+                props,
+                table,
+            )?;
+            for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))? {
+                let batch = batch.map_err(arrow_err(table, &path))?;
+                let m = match keyset.matches(&batch) {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
+                    Err(reason) => return Ok(Merged::Replace(reason)),
+                };
+                report.rows_removed += m.true_count() as u64;
+                let kept = filter_record_batch(&batch, &not(&m)).map_err(arrow_err(table, &path))?;
+                out.write(&kept, table)?;
+            }
+            report.files_rewritten += 1;
+            report.bytes_rewritten += size.max(0) as u64;
+            home.done_with(&path);
+            actions.push(Action::Remove(remove));
+            if let Some((add, r)) = out.finish_into(home, table)? {
+                actions.push(add);
+                files.push(r);
+            }
+        }
+        if let Some((add, r)) = upserts.finish_into(home, table)? {
             actions.push(add);
             files.push(r);
         }
-    }
-    if let Some((add, r)) = upserts.finish_into(home, table)? {
-        actions.push(add);
-        files.push(r);
     }
     commit(Commit {
         table,
