@@ -344,8 +344,8 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let mut actions = Vec::new();
     let mut files = Vec::new();
 
-    // The files of the current version that hold a changed key, and how many rows of such keys
-    // each holds (their key columns only).
+    // The files of the current version that hold a changed key (their key columns read): the
+    // files the commit removes, and the rows of changed keys it removes with them.
     let current: Vec<(String, i64, deltalake::kernel::Remove)> =
         snapshot.log_data().iter().map(|f| (f.path().into_owned(), f.size(), f.remove_action(true))).collect();
     let total = current.len();
@@ -354,7 +354,12 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         let path = home.local_copy(&rel, scratch)?;
         match changed_rows(&path, table, &keyset)? {
             Ok(Some(KeyCount { changed: 0, .. })) => home.done_with(&path),
-            Ok(Some(count)) => holding.push((rel, size, remove, path, count.changed)),
+            Ok(Some(count)) => {
+                report.files_rewritten += 1;
+                report.bytes_rewritten += size.max(0).unsigned_abs();
+                report.rows_removed += count.changed;
+                holding.push((rel, remove, path));
+            }
             Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
             Err(reason) => return Ok(Merged::Replace(reason)),
         }
@@ -373,10 +378,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             }
         }
         report.rows_upserted = counts.iter().map(|c| c.changed).sum();
-        for (_, size, remove, path, changed) in holding {
-            report.rows_removed += changed;
-            report.files_rewritten += 1;
-            report.bytes_rewritten += size.max(0).unsigned_abs();
+        for (_, remove, path) in holding {
             home.done_with(&path);
             actions.push(Action::Remove(remove));
         }
@@ -422,7 +424,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         report.rows_upserted = upserts.rows;
 
         // The files holding a changed key, rewritten without those rows.
-        for (rewritten, (rel, size, remove, path, _)) in holding.into_iter().enumerate() {
+        for (rewritten, (rel, remove, path)) in holding.into_iter().enumerate() {
             let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
             let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
             let file_schema = reader.schema().clone();
@@ -440,12 +442,9 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                     Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
                     Err(reason) => return Ok(Merged::Replace(reason)),
                 };
-                report.rows_removed += m.true_count() as u64;
                 let kept = filter_record_batch(&batch, &not(&m)).map_err(arrow_err(table, &path))?;
                 out.write(&kept, table)?;
             }
-            report.files_rewritten += 1;
-            report.bytes_rewritten += size.max(0) as u64;
             home.done_with(&path);
             actions.push(Action::Remove(remove));
             if let Some((add, r)) = out.finish_into(home, table)? {
