@@ -265,12 +265,23 @@ struct Published {
     deleted: usize,
 }
 
-/// A run id: UTC time to the millisecond, then the process id and a few clock bits, so ids
-/// sort by time and two runs never share one.
+/// A run id: UTC time to the nanosecond, then the process id, so ids sort by time and two runs
+/// never share one. Within a process the time is made strictly increasing (a clock that ticks
+/// coarser than two calls, or steps back, still gives ids in call order).
 pub fn new_run_id() -> String {
-    let now = chrono::Utc::now();
-    let nanos = now.timestamp_subsec_nanos();
-    format!("{}-{:x}{:05x}", now.format("%Y%m%dT%H%M%S%3fZ"), std::process::id(), nanos & 0xfffff)
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(i64::MIN);
+    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX - 1);
+    let mut prev = LAST.load(Ordering::Relaxed);
+    let nanos = loop {
+        let next = now.max(prev.saturating_add(1));
+        match LAST.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break next,
+            Err(seen) => prev = seen,
+        }
+    };
+    let at = chrono::DateTime::from_timestamp_nanos(nanos);
+    format!("{}-{:x}", at.format("%Y%m%dT%H%M%S%9fZ"), std::process::id())
 }
 
 /// The run id in an etl-written name, `part-00000-<run-id>.parquet`, if it is one.
@@ -815,8 +826,9 @@ mod tests {
         assert_eq!(run_id_of_data_file("part-00003.parquet"), None);
         assert_eq!(run_id_of_data_file("notes.parquet"), None);
         assert_eq!(run_id_of_data_file("part-3-x.parquet"), None);
-        let later = new_run_id();
-        assert!(later >= id, "run ids sort by time");
+        let mut ids: Vec<String> = (0..1000).map(|_| new_run_id()).collect();
+        ids.insert(0, id.clone());
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "run ids sort by time, and one process never repeats one");
         assert_eq!(run_id_of_key(&format!("{RUNS_DIR}{id}/run.json")), Some(id.as_str()));
         assert_eq!(run_id_of_key(&format!("user/part-00000-{id}.parquet")), Some(id.as_str()));
         assert_eq!(run_id_of_key("_etl/run.json"), None);
