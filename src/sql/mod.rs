@@ -583,9 +583,8 @@ fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
     Ok(reader.schema().clone())
 }
 
-/// Registers the Delta table `name` of the output at `home` at `version` as `name`. Its schema for `\d` is `listed`
-/// (the schema of the first file the run report lists) when given, else that of the version's
-/// first file, else the provider's.
+/// Registers the Delta table `name` of the output at `home` at `version` as `name`. Its schema for
+/// `\d` is the version's columns with the types and metadata etl wrote ([`delta_written_schema`]).
 ///
 /// For a `remote` (Ballista) session the table is the version's files as a listing table, which
 /// Ballista can send to its executors (deltalake's provider it cannot). That is exact only while
@@ -603,11 +602,8 @@ async fn register_delta(
     remote: bool,
 ) -> Result<TableInfo, SqlError> {
     let opened = delta_provider(ctx, &home.join(name), name, version).await?;
-    let schema = match (listed, opened.files.first()) {
-        (Some(s), _) => s,
-        (None, Some(f)) => data.listed_file_schema(f).await?,
-        (None, None) => datafusion::datasource::TableProvider::schema(opened.provider.as_ref()),
-    };
+    let delta = datafusion::datasource::TableProvider::schema(opened.provider.as_ref());
+    let schema = delta_written_schema(data, &delta, listed, &opened.files).await?;
     let provider = match (remote, opened.files.is_empty()) {
         (false, _) => opened.provider,
         (true, _) if opened.reader_version > 1 => {
@@ -627,6 +623,43 @@ async fn register_delta(
     };
     ctx.register_table(datafusion::common::TableReference::bare(name.to_owned()), provider)?;
     Ok(TableInfo { name: name.to_owned(), rows, files: opened.files, schema, delta: Some(opened.info) })
+}
+
+/// A Delta table's columns (`delta`, the version's schema, in its order) as etl wrote them: each
+/// with the Arrow type and field metadata (its DynamoDB origin) of a file that has it, and the
+/// schema's metadata of the first file read. `listed` (the first file the run report lists) is
+/// read first; a column a later merge added is missing from files written before it, so the
+/// version's files are then read from the newest until every column is found. A column no file
+/// has keeps the provider's field.
+async fn delta_written_schema(
+    data: &Data,
+    delta: &SchemaRef,
+    listed: Option<SchemaRef>,
+    files: &[String],
+) -> Result<SchemaRef, SqlError> {
+    use datafusion::arrow::datatypes::{FieldRef, Schema};
+    let mut found: HashMap<String, FieldRef> = HashMap::new();
+    let mut metadata = None;
+    let mut newest = files.iter().rev();
+    let mut next = listed;
+    loop {
+        let written = match next.take() {
+            Some(s) => s,
+            None if delta.fields().iter().all(|f| found.contains_key(f.name())) => break,
+            None => match newest.next() {
+                Some(f) => data.listed_file_schema(f).await?,
+                None => break,
+            },
+        };
+        metadata.get_or_insert_with(|| written.metadata().clone());
+        for f in written.fields() {
+            found.entry(f.name().clone()).or_insert_with(|| f.clone());
+        }
+    }
+    let Some(metadata) = metadata else { return Ok(delta.clone()) };
+    let fields: Vec<FieldRef> =
+        delta.fields().iter().map(|d| found.get(d.name()).cloned().unwrap_or_else(|| d.clone())).collect();
+    Ok(Arc::new(Schema::new_with_metadata(fields, metadata)))
 }
 
 /// `list<string>`, `struct<city: string, zip: int64>`, `decimal(38,2)`: types as `\d` shows them.

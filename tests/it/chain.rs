@@ -8,7 +8,7 @@ use serde_json::{Value as Json, json};
 
 use crate::common::*;
 
-const TABLE: &str = "arn:aws:dynamodb:eu-west-1:111122223333:table/t";
+pub(crate) const TABLE: &str = "arn:aws:dynamodb:eu-west-1:111122223333:table/t";
 const T0: &str = "2026-09-01T08:00:00.000Z";
 
 fn summary(id: &str, table: &str, items: u64, extra: Json) -> String {
@@ -65,7 +65,14 @@ fn full(root: &Path, id: &str, items: &[Json]) -> PathBuf {
     write(root, id, TABLE, &lines, json!({ "exportTime": T0 }))
 }
 
-fn incremental(root: &Path, id: &str, table: &str, window: (&str, &str), view: &str, lines: &[String]) -> PathBuf {
+pub(crate) fn incremental(
+    root: &Path,
+    id: &str,
+    table: &str,
+    window: (&str, &str),
+    view: &str,
+    lines: &[String],
+) -> PathBuf {
     let extra = json!({
         "version": "2023-08-01", "exportFromTime": window.0, "exportToTime": window.1,
         "outputView": view, "exportType": "INCREMENTAL_EXPORT"
@@ -73,7 +80,7 @@ fn incremental(root: &Path, id: &str, table: &str, window: (&str, &str), view: &
     write(root, id, table, lines, extra)
 }
 
-fn item(pk: &str, sk: &str, attrs: Json) -> Json {
+pub(crate) fn item(pk: &str, sk: &str, attrs: Json) -> Json {
     let mut i = json!({ "PK": { "S": pk }, "SK": { "S": sk } });
     for (k, v) in attrs.as_object().unwrap() {
         i[k] = v.clone();
@@ -90,7 +97,7 @@ fn wt(n: u64) -> Json {
 }
 
 /// A change record: `old` only in `NEW_AND_OLD_IMAGES` exports; `new` absent for a delete.
-fn change(t: u64, k: &Json, old: Option<&Json>, new: Option<&Json>) -> String {
+pub(crate) fn change(t: u64, k: &Json, old: Option<&Json>, new: Option<&Json>) -> String {
     let mut c = json!({ "Metadata": wt(t), "Keys": keys(k) });
     if let Some(o) = old {
         c["OldImage"] = o.clone();
@@ -101,10 +108,10 @@ fn change(t: u64, k: &Json, old: Option<&Json>, new: Option<&Json>) -> String {
     c.to_string()
 }
 
-fn s(v: &str) -> Json {
+pub(crate) fn s(v: &str) -> Json {
     json!({ "S": v })
 }
-fn n(v: &str) -> Json {
+pub(crate) fn n(v: &str) -> Json {
     json!({ "N": v })
 }
 

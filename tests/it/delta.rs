@@ -391,6 +391,72 @@ fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when
     assert!(every_file > 0, "a table has a changed key in every file");
 }
 
+/// A bug's fixture: `\d TABLE` showed the columns of the first file the run report lists, so
+/// after a MERGE added a column, `\d` lacked it when that file was written without it (a file
+/// the MERGE rewrote keeps its columns), though every query sees it. It now shows the version's
+/// columns, each with the type and DynamoDB origin etl wrote, and `--as-of` an earlier version
+/// shows that version's.
+#[test]
+fn describe_shows_a_column_a_merge_added_though_the_first_file_lacks_it() {
+    use crate::chain::{TABLE, change, incremental, item, n, s};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("bucket");
+    let a = item("W#a", "X", serde_json::json!({ "Type": s("W"), "n": n("1") }));
+    let b = item("W#b", "X", serde_json::json!({ "Type": s("W"), "n": n("2") }));
+    let c = item("W#c", "X", serde_json::json!({ "Type": s("W"), "n": n("3") }));
+    let lines = |items: &[&Json]| {
+        let text: String = items.iter().map(|i| serde_json::json!({ "Item": i }).to_string() + "\n").collect();
+        gzip(text.as_bytes())
+    };
+    let files = [lines(&[&a]), lines(&[&b, &c])];
+    let full = write_export_id(&root, &files, &[1, 2], "DYNAMODB_JSON", "01788249600000-aaaaaaaa");
+    let b2 = item("W#b", "X", serde_json::json!({ "Type": s("W"), "n": n("2"), "note": s("hi") }));
+    let window = ("2026-09-01T07:55:00.000Z", "2026-09-01T08:15:00.000Z");
+    let inc = incremental(
+        &root,
+        "01788250500000-bbbbbbbb",
+        TABLE,
+        window,
+        "NEW_AND_OLD_IMAGES",
+        &[change(1, &b, Some(&b), Some(&b2))],
+    );
+
+    let out = tmp.path().join("delta");
+    let small = ["--format", "delta", "--target-file-bytes", "1"];
+    unwind(&[&full], &out, &small, 0);
+    unwind(&[&inc], &out, &small, 0);
+    let reference = tmp.path().join("parquet");
+    unwind(&[&full, &inc], &reference, &[], 0);
+
+    let report = run_report(&out);
+    let w = report["tables"].as_array().unwrap().iter().find(|t| t["name"] == "w").unwrap();
+    assert_eq!(w["delta_merge"]["mode"], "merge", "{w}");
+    assert_eq!(w["delta_merge"]["files_rewritten"], 1, "the file of `a` is kept: {w}");
+    // The file the run report lists first is the rewrite of the file of `b` and `c`, which keeps
+    // that file's columns: `c` never had a `note`.
+    let first = out.join(w["files"][0]["path"].as_str().unwrap());
+    let first_schema = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&first).unwrap(),
+    )
+    .unwrap()
+    .schema()
+    .clone();
+    assert!(first_schema.field_with_name("note").is_err(), "the first listed file has no `note`");
+
+    let sorted = |mut c: Vec<etl::sql::ColumnInfo>| {
+        c.sort_by(|x, y| x.name.cmp(&y.name));
+        c
+    };
+    let (_, delta) = session(&out);
+    let (_, parquet) = session(&reference);
+    let shown = sorted(delta.table("w").unwrap().columns());
+    assert!(shown.iter().any(|c| c.name == "note" && c.type_name == "string" && c.origin == "S"), "{shown:?}");
+    assert_eq!(shown, sorted(parquet.table("w").unwrap().columns()), "`\\d w` over Delta and over the Parquet chain");
+    let (_, v0) = session_as_of(&out, "0").unwrap();
+    let then: Vec<String> = v0.table("w").unwrap().columns().into_iter().map(|c| c.name).collect();
+    assert!(!then.contains(&"note".to_owned()) && then.contains(&"n".to_owned()), "as of version 0: {then:?}");
+}
+
 /// A full export, then 3 incremental exports applied one at a time as Delta MERGEs: after each,
 /// every table's new version holds exactly the rows the Parquet chain of as many exports holds,
 /// each commit rewrote only files holding changed keys, and every earlier version still reads
