@@ -628,9 +628,9 @@ async fn register_delta(
 /// A Delta table's columns (`delta`, the version's schema, in its order) as etl wrote them: each
 /// with the Arrow type and field metadata (its DynamoDB origin) of a file that has it, and the
 /// schema's metadata of the first file read. `listed` (the first file the run report lists) is
-/// read first; a column a later merge added is missing from files written before it, so the
-/// version's files are then read from the newest until every column is found. A column no file
-/// has keeps the provider's field.
+/// read first; a column a later merge added is missing from files written before it (and from a
+/// file a MERGE rewrote), so the version's files are then read, the last listed first, until
+/// every column is found. A column no file has keeps the provider's field.
 async fn delta_written_schema(
     data: &Data,
     delta: &SchemaRef,
