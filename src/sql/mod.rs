@@ -204,9 +204,9 @@ impl Session {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
         let runtime = runtime.build_arc()?;
-        let config = SessionConfig::new()
-            .with_information_schema(true)
-            .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
+        let config = SessionConfig::new().with_information_schema(true).with_target_partitions(target_partitions(
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+        ));
         // A join's build side is collected into one hash table (built by one thread) when it is
         // estimated under this many rows. etl's Parquet files carry no distinct counts, so a
         // join's output is estimated at its smaller input's rows: `order_item ⋈ product` at the
@@ -625,6 +625,20 @@ async fn register_delta(
     Ok(TableInfo { name: name.to_owned(), rows, files: opened.files, schema, delta: Some(opened.info) })
 }
 
+/// How many partitions a query's operators split their work into, on `cores` cores: at least
+/// [`MIN_TARGET_PARTITIONS`]. DataFusion's default (one per core) gives a 2-core machine two
+/// partitions, so the hash tables of a large join each hold half the data. Split 8 ways on 2
+/// cores, `sql/revenue_by_category.sql` (a three-table join, then a `count(DISTINCT)` per
+/// category) took 0.81 of the time over 4M items and the nine queries of `sql/` over 2M items
+/// 0.89 in total; a group-by over the largest table took 1.21-1.26 (8 partial hash tables of
+/// its 60K groups instead of 2). 4 partitions gave 0.87 and 1.15 (bench/README.md, "SQL").
+fn target_partitions(cores: usize) -> usize {
+    cores.max(MIN_TARGET_PARTITIONS)
+}
+
+/// The fewest partitions [`target_partitions`] gives.
+const MIN_TARGET_PARTITIONS: usize = 8;
+
 /// A Delta table's columns (`delta`, the version's schema, in its order) as etl wrote them: each
 /// with the Arrow type and field metadata (its DynamoDB origin) of a file that has it, and the
 /// schema's metadata of the first file read. `listed` (the first file the run report lists) is
@@ -703,6 +717,14 @@ mod tests {
     use datafusion::error::DataFusionError;
 
     use super::*;
+
+    #[test]
+    fn queries_split_at_least_eight_ways_and_once_per_core_beyond() {
+        assert_eq!(target_partitions(1), 8);
+        assert_eq!(target_partitions(2), 8);
+        assert_eq!(target_partitions(8), 8);
+        assert_eq!(target_partitions(48), 48);
+    }
 
     #[test]
     fn memory_errors_are_found_by_kind_however_wrapped() {
