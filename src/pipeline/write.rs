@@ -1,7 +1,8 @@
 //! Pass two: once every schema is known, each table's spilled rows are read back in
 //! (file, sequence) order, built into Arrow batches and written through the sink as Parquet
-//! parts, rolled at the target size, one row group per bounded batch. Parts are written in
-//! parallel, largest first.
+//! parts, rolled at the target size. A row group is built and handed to parquet in batches of
+//! [`WRITE_SLICE_ROWS`] rows, so memory holds its encoded pages and one batch of Arrow arrays.
+//! Parts are written in parallel, largest first.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -19,7 +20,7 @@ use crate::normalize::naming::{self, REJECTS_TABLE, UNTYPED_TABLE};
 use crate::normalize::{BatchBuilder, MappedTables, RejectsBuilder, TableId, rejects_schema};
 use crate::schema::{Demoted, Renamed, TableSchema, Widening};
 use crate::sink::manifest::{FileReport, TableReport};
-use crate::sink::parquet::plan_parts;
+use crate::sink::parquet::{WRITE_SLICE_ROWS, plan_parts};
 use crate::sink::{PartSink, SinkError};
 use crate::source::Plan;
 
@@ -211,6 +212,7 @@ fn write_part(
     };
     let mut rejects = RejectsBuilder::default();
     let mut batch_bytes = 0usize;
+    let mut group_rows = 0usize;
     let mut buf = Vec::new();
     let damaged = |e: spill::SpillError| UnwindError::Internal { message: format!("table `{}`: {e}", job.name) };
     let arrow = |source: datafusion::arrow::error::ArrowError| SinkError::Parquet {
@@ -243,13 +245,23 @@ fn write_part(
                 }
             };
             batch_bytes += r.pos - before;
-            if settings.row_groups.is_full(rows, batch_bytes) {
+            group_rows += 1;
+            // The builders hold one write slice at most: parquet encodes each slice as it is
+            // built, so memory holds a row group compressed, not a row group of Arrow arrays.
+            // The slices fall where `write_sliced` would cut the whole row group, so the file
+            // is the same.
+            let full = settings.row_groups.is_full(group_rows, batch_bytes);
+            if full || rows >= WRITE_SLICE_ROWS {
                 let batch = match &mut items {
                     Some(b) => b.finish()?,
                     None => rejects.finish().map_err(arrow)?,
                 };
-                writer.write_row_group(&batch)?;
-                batch_bytes = 0;
+                writer.write(&batch)?;
+                if full {
+                    writer.end_row_group()?;
+                    batch_bytes = 0;
+                    group_rows = 0;
+                }
             }
         }
     }
@@ -257,6 +269,6 @@ fn write_part(
         Some(b) => b.finish()?,
         None => rejects.finish().map_err(arrow)?,
     };
-    writer.write_row_group(&batch)?;
+    writer.write(&batch)?;
     Ok(writer.close()?)
 }

@@ -17,8 +17,9 @@ use super::manifest::FileReport;
 /// zstd level for every Parquet file etl writes.
 pub const ZSTD_LEVEL: i32 = 1;
 
-/// Writer settings for every Parquet file etl writes. Row groups are cut by the caller (one per
-/// written batch, see [`RowGroups`]), so the writer's own row limit is only a backstop.
+/// Writer settings for every Parquet file etl writes. Row groups are cut by the caller
+/// ([`PartWriter::end_row_group`], where [`RowGroups`] says), so the writer's own row limit is
+/// only a backstop.
 pub fn writer_properties(max_row_group_rows: usize) -> WriterProperties {
     WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_1_0)
@@ -99,6 +100,8 @@ pub struct PartWriter {
     writer: ArrowWriter<File>,
     rows: u64,
     row_groups: usize,
+    /// Rows of the row group being written (encoded by parquet, not yet flushed).
+    group_rows: u64,
 }
 
 impl PartWriter {
@@ -121,25 +124,40 @@ impl PartWriter {
             path: path.display().to_string(),
             source,
         })?;
-        Ok(PartWriter { table: table.to_owned(), rel, path, writer, rows: 0, row_groups: 0 })
+        Ok(PartWriter { table: table.to_owned(), rel, path, writer, rows: 0, row_groups: 0, group_rows: 0 })
     }
 
-    /// Writes `batch` as one row group (an empty batch writes nothing).
-    pub fn write_row_group(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+    /// Appends `batch` to the row group being written: parquet encodes and compresses it now,
+    /// so the caller can build the next rows in a small batch instead of holding the whole row
+    /// group in Arrow builders. An empty batch writes nothing.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let parquet =
-            |source| SinkError::Part { table: self.table.clone(), path: self.path.display().to_string(), source };
-        write_sliced(&mut self.writer, batch).map_err(parquet)?;
-        self.writer.flush().map_err(parquet)?;
+        write_sliced(&mut self.writer, batch).map_err(|source| self.error(source))?;
         self.rows += batch.num_rows() as u64;
-        self.row_groups += 1;
+        self.group_rows += batch.num_rows() as u64;
         Ok(())
     }
 
-    /// Finishes the file (footer included) and says what it holds.
-    pub fn close(self) -> Result<FileReport, SinkError> {
+    /// Ends the row group being written (nothing when it holds no row).
+    pub fn end_row_group(&mut self) -> Result<(), SinkError> {
+        if self.group_rows == 0 {
+            return Ok(());
+        }
+        self.writer.flush().map_err(|source| self.error(source))?;
+        self.row_groups += 1;
+        self.group_rows = 0;
+        Ok(())
+    }
+
+    fn error(&self, source: datafusion::parquet::errors::ParquetError) -> SinkError {
+        SinkError::Part { table: self.table.clone(), path: self.path.display().to_string(), source }
+    }
+
+    /// Ends the last row group, finishes the file (footer included) and says what it holds.
+    pub fn close(mut self) -> Result<FileReport, SinkError> {
+        self.end_row_group()?;
         let (table, path) = (self.table, self.path.display().to_string());
         self.writer.close().map_err(|source| SinkError::Part { table, path, source })?;
         let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
@@ -187,7 +205,7 @@ mod tests {
         let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(prices), Arc::new(skus)]).unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let mut part = PartWriter::create(tmp.path(), "t", 0, schema, &writer_properties(1 << 20)).unwrap();
-        part.write_row_group(&batch).unwrap();
+        part.write(&batch).unwrap();
         let report = part.close().unwrap();
         assert_eq!((report.rows, report.row_groups), ((rows + 2) as u64, 1));
 
@@ -208,6 +226,63 @@ mod tests {
         let read = datafusion::arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
         assert_eq!(read, batch);
         assert_eq!(read.column(0).null_count(), rows.div_ceil(7));
+    }
+
+    /// What pass two does: a row group handed over in batches of [`WRITE_SLICE_ROWS`] rows as
+    /// they are built gives the same file, byte for byte, as the row group built whole and
+    /// written at once; row groups end where `end_row_group` says.
+    #[test]
+    fn a_row_group_written_batch_by_batch_is_the_same_file_as_written_whole() {
+        use datafusion::arrow::array::{Decimal128Array, Int64Array, StringArray};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use std::sync::Arc;
+
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("price", DataType::Decimal128(38, 2), true),
+            Field::new("qty", DataType::Int64, true),
+            Field::new("sku", DataType::Utf8, false),
+        ]));
+        let batch = |rows: usize, seed: i64| {
+            let prices: Decimal128Array = (0..rows as i64)
+                .map(|i| if i % 5 == 0 { None } else { Some(((i * 7_919 + seed) % 100_003) as i128) })
+                .collect::<Decimal128Array>()
+                .with_precision_and_scale(38, 2)
+                .unwrap();
+            let qty: Int64Array = (0..rows as i64).map(|i| (i % 3 != 0).then_some(i * seed)).collect();
+            let skus = StringArray::from_iter_values((0..rows).map(|i| format!("SKU-{:06}", i % 4_000)));
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(prices), Arc::new(qty), Arc::new(skus)]).unwrap()
+        };
+        let groups = [batch(2 * WRITE_SLICE_ROWS + 123, 1), batch(WRITE_SLICE_ROWS - 1, 2)];
+        let tmp = tempfile::tempdir().unwrap();
+        let props = writer_properties(1 << 20);
+
+        let mut whole = PartWriter::create(&tmp.path().join("whole"), "t", 0, schema.clone(), &props).unwrap();
+        for g in &groups {
+            whole.write(g).unwrap();
+            whole.end_row_group().unwrap();
+        }
+        let whole = whole.close().unwrap();
+
+        let mut pieces = PartWriter::create(&tmp.path().join("pieces"), "t", 0, schema.clone(), &props).unwrap();
+        for g in &groups {
+            let mut start = 0;
+            while start < g.num_rows() {
+                let len = WRITE_SLICE_ROWS.min(g.num_rows() - start);
+                // A batch of its own, as a builder would finish it, not a view of the group.
+                let copy = datafusion::arrow::compute::concat_batches(&schema, [&g.slice(start, len)]).unwrap();
+                pieces.write(&copy).unwrap();
+                start += len;
+            }
+            pieces.end_row_group().unwrap();
+            pieces.end_row_group().unwrap(); // an empty row group is not one
+        }
+        let pieces = pieces.close().unwrap();
+
+        let rows = groups.iter().map(|g| g.num_rows() as u64).sum::<u64>();
+        assert_eq!((whole.rows, whole.row_groups), (rows, 2));
+        assert_eq!((pieces.rows, pieces.row_groups), (rows, 2));
+        let read = |dir: &str, r: &FileReport| std::fs::read(tmp.path().join(dir).join(&r.path)).unwrap();
+        assert!(read("pieces", &pieces) == read("whole", &whole), "the two files differ");
     }
 
     #[test]
