@@ -15,14 +15,25 @@ use super::{
     item_size,
 };
 
+/// The parser's error, boxed: a [`DecodeError`] (a reason, an offset and two `String`s) is 64
+/// bytes, and unboxed it made every `Result` the hot functions return 72 bytes, copied at each
+/// `?`. Errors are rare; boxing them took the decode of the sample export from 2.57 ms to 1.62
+/// ms (`benches/hot_path.rs`, `decode_only`; bench/README.md, "Parser errors boxed"). The public
+/// functions unbox it.
+pub(crate) type PError = Box<DecodeError>;
+
 /// Decodes one export line: `{"Item":{...}}` (a full export) or a change record
 /// `{"Metadata":{"WriteTimestampMicros":{"N":"…"}},"Keys":{…},"OldImage":{…},"NewImage":{…}}`
 /// (an incremental export; fields in any order, `OldImage` and `NewImage` optional).
 pub fn decode_export_line(line: &str) -> Result<Record<'_>, DecodeError> {
+    export_line(line).map_err(|e| *e)
+}
+
+fn export_line(line: &str) -> Result<Record<'_>, PError> {
     let mut p = Parser::new(line);
     p.ws();
     if p.peek() != Some(b'{') {
-        return Err(not_an_object(line));
+        return Err(Box::new(not_an_object(line)));
     }
     p.pos += 1;
     p.ws();
@@ -77,14 +88,14 @@ fn not_an_object(line: &str) -> DecodeError {
         _ => "a number",
     };
     if let Err(e) = p.skip_value(NESTING_LIMIT) {
-        return e;
+        return *e;
     }
     p.ws();
     if !p.at_end() {
-        return p.fail(DecodeReason::InvalidJson, "unexpected text after the JSON value");
+        return *p.fail(DecodeReason::InvalidJson, "unexpected text after the JSON value");
     }
     p.pos = start;
-    p.fail(DecodeReason::NotAnItem, format!("line is {kind}, not an object; expected `{{\"Item\":{{...}}}}`"))
+    *p.fail(DecodeReason::NotAnItem, format!("line is {kind}, not an object; expected `{{\"Item\":{{...}}}}`"))
 }
 
 /// Deepest JSON nesting read when skipping values that are not items.
@@ -92,6 +103,10 @@ const NESTING_LIMIT: usize = 256;
 
 /// Decodes a bare attribute map `{"PK":{"S":"..."},...}` (the items of scan output).
 pub fn decode_item_object(text: &str) -> Result<Item<'_>, DecodeError> {
+    item_object(text).map_err(|e| *e)
+}
+
+fn item_object(text: &str) -> Result<Item<'_>, PError> {
     let mut p = Parser::new(text);
     p.ws();
     let item = p.item()?;
@@ -258,19 +273,19 @@ impl<'a> Parser<'a> {
 
     #[cold]
     #[inline(never)]
-    pub(crate) fn fail(&self, reason: DecodeReason, message: impl AsRef<str>) -> DecodeError {
+    pub(crate) fn fail(&self, reason: DecodeReason, message: impl AsRef<str>) -> PError {
         let attribute = self.path_string();
         let message = if attribute.is_empty() {
             message.as_ref().to_owned()
         } else {
             format!("attribute `{attribute}`: {}", message.as_ref())
         };
-        DecodeError::new(reason, attribute, self.pos, message)
+        Box::new(DecodeError::new(reason, attribute, self.pos, message))
     }
 
     #[cold]
     #[inline(never)]
-    fn syntax(&self, what: &str) -> DecodeError {
+    fn syntax(&self, what: &str) -> PError {
         if self.at_end() {
             self.fail(DecodeReason::InvalidJson, format!("unexpected end of input, expected {what}"))
         } else {
@@ -280,7 +295,7 @@ impl<'a> Parser<'a> {
     }
 
     #[inline]
-    pub(crate) fn expect(&mut self, c: u8) -> Result<(), DecodeError> {
+    pub(crate) fn expect(&mut self, c: u8) -> Result<(), PError> {
         if self.peek() == Some(c) {
             self.pos += 1;
             Ok(())
@@ -290,7 +305,7 @@ impl<'a> Parser<'a> {
     }
 
     #[inline]
-    pub(crate) fn string(&mut self) -> Result<Cow<'a, str>, DecodeError> {
+    pub(crate) fn string(&mut self) -> Result<Cow<'a, str>, PError> {
         if self.peek() != Some(b'"') {
             return Err(self.syntax("a string"));
         }
@@ -307,7 +322,7 @@ impl<'a> Parser<'a> {
     /// The rest of a string whose first stop byte, at `i`, is not its closing quote: escapes
     /// are decoded into an owned copy; a control character or the end of input is an error.
     #[inline(never)]
-    fn escaped_string(&mut self, start: usize, i: usize) -> Result<Cow<'a, str>, DecodeError> {
+    fn escaped_string(&mut self, start: usize, i: usize) -> Result<Cow<'a, str>, PError> {
         let b = self.b;
         let mut out = String::with_capacity(i - start + 16);
         out.push_str(&self.src[start..i]);
@@ -356,7 +371,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn hex4(&mut self) -> Result<u32, DecodeError> {
+    fn hex4(&mut self) -> Result<u32, PError> {
         let Some(h) = self.b.get(self.pos..self.pos + 4) else {
             return Err(self.fail(DecodeReason::InvalidJson, "truncated `\\u` escape"));
         };
@@ -370,7 +385,7 @@ impl<'a> Parser<'a> {
         Ok(v)
     }
 
-    fn unicode_escape(&mut self) -> Result<char, DecodeError> {
+    fn unicode_escape(&mut self) -> Result<char, PError> {
         let hi = self.hex4()?;
         let code = if (0xD800..0xDC00).contains(&hi) {
             if self.b.get(self.pos..self.pos + 2) != Some(b"\\u") {
@@ -398,7 +413,7 @@ impl<'a> Parser<'a> {
     }
 
     /// The fields of a change record, from its first field name to just before its closing `}`.
-    fn change_fields(&mut self) -> Result<Change<'a>, DecodeError> {
+    fn change_fields(&mut self) -> Result<Change<'a>, PError> {
         let record_at = self.pos;
         let mut write_time: Option<i64> = None;
         let mut keys: Option<Item<'a>> = None;
@@ -452,7 +467,7 @@ impl<'a> Parser<'a> {
     }
 
     /// `{"WriteTimestampMicros":{"N":"…"}}`: the write time, or `None` when absent.
-    fn metadata(&mut self) -> Result<Option<i64>, DecodeError> {
+    fn metadata(&mut self) -> Result<Option<i64>, PError> {
         self.path.push(Seg::Name("Metadata"));
         let start = self.pos;
         let fields = self.attr_map(1)?;
@@ -481,7 +496,7 @@ impl<'a> Parser<'a> {
     }
 
     /// `Keys`, `OldImage` or `NewImage`: an attribute map like an item, named in error paths.
-    fn image(&mut self, label: &'static str) -> Result<Item<'a>, DecodeError> {
+    fn image(&mut self, label: &'static str) -> Result<Item<'a>, PError> {
         self.path.push(Seg::Name(label));
         let start = self.pos;
         let item = self.attr_map(1);
@@ -512,7 +527,7 @@ impl<'a> Parser<'a> {
     }
 
     /// An attribute map: the item itself or the payload of `M`.
-    pub(crate) fn item(&mut self) -> Result<Item<'a>, DecodeError> {
+    pub(crate) fn item(&mut self) -> Result<Item<'a>, PError> {
         let start = self.pos;
         let item = self.attr_map(1)?;
         if item.is_empty() {
@@ -530,7 +545,7 @@ impl<'a> Parser<'a> {
         Ok(item)
     }
 
-    fn attr_map(&mut self, depth: usize) -> Result<Vec<(Cow<'a, str>, Value<'a>)>, DecodeError> {
+    fn attr_map(&mut self, depth: usize) -> Result<Vec<(Cow<'a, str>, Value<'a>)>, PError> {
         if self.peek() != Some(b'{') {
             return Err(self.fail(DecodeReason::WrongValueShape, "expected a map of attributes (a JSON object)"));
         }
@@ -578,7 +593,7 @@ impl<'a> Parser<'a> {
     }
 
     /// One `{"T": payload}` object at nesting level `depth` (top-level attributes are 1).
-    fn attr_value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
+    fn attr_value(&mut self, depth: usize) -> Result<Value<'a>, PError> {
         if depth > MAX_DEPTH {
             return Err(
                 self.fail(DecodeReason::TooDeep, format!("nesting deeper than {MAX_DEPTH} levels (DynamoDB's limit)"))
@@ -635,7 +650,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn number(&mut self, raw: Cow<'a, str>, at: usize) -> Result<Number<'a>, DecodeError> {
+    fn number(&mut self, raw: Cow<'a, str>, at: usize) -> Result<Number<'a>, PError> {
         let parsed = match &raw {
             Cow::Borrowed(s) => Number::parse(s),
             Cow::Owned(s) => Number::parse(s).map(Number::into_owned),
@@ -662,7 +677,7 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn binary(&mut self, at: usize) -> Result<Cow<'a, [u8]>, DecodeError> {
+    fn binary(&mut self, at: usize) -> Result<Cow<'a, [u8]>, PError> {
         let s = self.string()?;
         base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map(Cow::Owned).map_err(|e| {
             let mut err =
@@ -672,7 +687,7 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn payload(&mut self, tag: TypeTag, depth: usize) -> Result<Value<'a>, DecodeError> {
+    fn payload(&mut self, tag: TypeTag, depth: usize) -> Result<Value<'a>, PError> {
         let at = self.pos;
         let want =
             |p: &Self, what: &str| p.fail(DecodeReason::WrongValueShape, format!("`{tag}` value must be {what}"));
@@ -750,7 +765,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn set(&mut self, tag: TypeTag) -> Result<Value<'a>, DecodeError> {
+    fn set(&mut self, tag: TypeTag) -> Result<Value<'a>, PError> {
         let at = self.pos;
         if self.peek() != Some(b'[') {
             return Err(self.fail(DecodeReason::WrongValueShape, format!("`{tag}` value must be a JSON array")));
@@ -808,7 +823,7 @@ impl<'a> Parser<'a> {
 
     /// Skips any JSON value (for the parts of scan output that are not items), refusing nesting
     /// deeper than `limit` so hostile input cannot exhaust the stack.
-    pub(crate) fn skip_value(&mut self, limit: usize) -> Result<(), DecodeError> {
+    pub(crate) fn skip_value(&mut self, limit: usize) -> Result<(), PError> {
         if limit == 0 {
             return Err(self.fail(DecodeReason::InvalidJson, "JSON nested too deeply"));
         }
@@ -913,7 +928,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Reads a JSON number as text (for `Count` and similar fields).
-    pub(crate) fn plain_number(&mut self) -> Result<&'a str, DecodeError> {
+    pub(crate) fn plain_number(&mut self) -> Result<&'a str, PError> {
         self.ws();
         let start = self.pos;
         self.skip_value(1)?;
