@@ -33,7 +33,7 @@ fn export_line(line: &str) -> Result<Record<'_>, PError> {
     let mut p = Parser::new(line);
     p.ws();
     if p.peek() != Some(b'{') {
-        return Err(Box::new(not_an_object(line)));
+        return Err(not_an_object(line));
     }
     p.pos += 1;
     p.ws();
@@ -76,7 +76,7 @@ fn export_line(line: &str) -> Result<Record<'_>, PError> {
 
 /// Why a line that does not start with `{` is refused: valid JSON of another kind (an array, a
 /// string, ...) is valid JSON but not an export line; anything else is a syntax error.
-fn not_an_object(line: &str) -> DecodeError {
+fn not_an_object(line: &str) -> PError {
     let mut p = Parser::new(line);
     p.ws();
     let start = p.pos;
@@ -88,14 +88,14 @@ fn not_an_object(line: &str) -> DecodeError {
         _ => "a number",
     };
     if let Err(e) = p.skip_value(NESTING_LIMIT) {
-        return *e;
+        return e;
     }
     p.ws();
     if !p.at_end() {
-        return *p.fail(DecodeReason::InvalidJson, "unexpected text after the JSON value");
+        return p.fail(DecodeReason::InvalidJson, "unexpected text after the JSON value");
     }
     p.pos = start;
-    *p.fail(DecodeReason::NotAnItem, format!("line is {kind}, not an object; expected `{{\"Item\":{{...}}}}`"))
+    p.fail(DecodeReason::NotAnItem, format!("line is {kind}, not an object; expected `{{\"Item\":{{...}}}}`"))
 }
 
 /// Deepest JSON nesting read when skipping values that are not items.
