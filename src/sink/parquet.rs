@@ -299,7 +299,7 @@ mod tests {
     }
 
     /// A near-unique column's dictionary stops at [`DICTIONARY_PAGE_BYTES`] (its 50,000 values,
-    /// 1.2 MB, would fill parquet's default 1 MiB); a column of few values keeps its dictionary
+    /// 1.45 MB as a plain dictionary page, would fill parquet's default 1 MiB); a column of few values keeps its dictionary
     /// for the whole chunk.
     #[test]
     fn dictionaries_stop_at_the_page_limit() {
