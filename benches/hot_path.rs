@@ -96,12 +96,14 @@ fn pass_one_inferred(b: Bencher) {
 fn pass_one() -> BTreeMap<String, (EntityShape, Vec<u8>)> {
     let mut normalizer = Normalizer::new("Type", None);
     let mut shapes: BTreeMap<String, (EntityShape, Vec<u8>)> = BTreeMap::new();
+    let mut slots = Vec::new();
     for (i, line) in LINES.iter().enumerate() {
         let record = decode_line(line);
         if let Normalized::Inferred { entity, item } = normalizer.normalize(&record) {
             let (shape, spilled) = shapes.entry(entity.unwrap_or_default().to_owned()).or_default();
-            shape.observe(item, 0, i as u64);
-            spill::encode_item(item, spilled);
+            slots.clear();
+            shape.observe_slots(item, 0, i as u64, |s| slots.push(s));
+            spill::encode_item_slots(item, &slots, spilled);
         }
     }
     shapes
@@ -148,14 +150,18 @@ fn apply_mapped(b: Bencher) {
     });
 }
 
-/// Every inferred table as pass one leaves it: its schema and its spilled items.
-static INFERRED: LazyLock<Vec<(TableSchema, Vec<u8>)>> = LazyLock::new(|| {
+/// An inferred table as pass one leaves it: its schema, its spilled items and the names their
+/// slots stand for.
+type Spilled = (TableSchema, Vec<u8>, Vec<Box<str>>);
+
+/// Every inferred table as pass one leaves it.
+static INFERRED: LazyLock<Vec<Spilled>> = LazyLock::new(|| {
     let mut widenings = Vec::new();
     pass_one()
         .into_iter()
         .map(|(entity, (shape, spilled))| {
             let table = etl::normalize::naming::snake_case(&entity);
-            (shape.schema(&table, Some(entity.as_str()), &mut widenings).schema, spilled)
+            (shape.schema(&table, Some(entity.as_str()), &mut widenings).schema, spilled, shape.names())
         })
         .collect()
 });
@@ -166,11 +172,12 @@ fn pass_two_inferred(b: Bencher) {
     let tables = &*INFERRED;
     b.counter(items()).bench(|| {
         let mut rows = 0;
-        for (schema, spilled) in tables {
+        for (schema, spilled, names) in tables {
             let mut builder = BatchBuilder::new(schema);
+            let places: Vec<_> = names.iter().map(|n| builder.slot_of(n)).collect();
             let mut r = spill::Reader::new(spilled);
             while !r.at_end() {
-                builder.append(&r.item().unwrap()).unwrap();
+                r.append_row(names, &places, &mut builder).unwrap();
             }
             rows += builder.finish().unwrap().num_rows();
         }

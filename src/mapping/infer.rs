@@ -39,6 +39,8 @@ pub const MIN_SHARE_PERCENT: u64 = 1;
 /// whatever the order items were read in); the rest go to the extra column. This bounds the
 /// memory of inference whatever the number of names.
 pub const MAX_TRACKED_ATTRIBUTES: usize = 100_000;
+/// The slot [`EntityShape::observe_slots`] gives an attribute it does not track.
+pub const UNTRACKED: u32 = u32::MAX;
 /// The name of the extra column of inferred tables (with a suffix if an attribute has it).
 pub const EXTRA_COLUMN: &str = "_extra";
 
@@ -346,15 +348,23 @@ impl From<EntityShapeWire> for EntityShape {
 impl EntityShape {
     /// Records one item. `at` is (file index, line, position in item) of the item.
     pub fn observe(&mut self, item: &Item<'_>, file: u32, line: u64) {
+        self.observe_slots(item, file, line, |_| {});
+    }
+
+    /// [`EntityShape::observe`], telling `slot` where each attribute went, in item order: its
+    /// index in [`EntityShape::names`], or [`UNTRACKED`] for a name beyond
+    /// [`MAX_TRACKED_ATTRIBUTES`]. The indexes are this shape's own (a worker's), never a merged one's.
+    pub fn observe_slots(&mut self, item: &Item<'_>, file: u32, line: u64, mut slot: impl FnMut(u32)) {
         self.items += 1;
         for (pos, (name, value)) in item.iter().enumerate() {
             // Items of one entity usually list attributes in the same order: try that slot first.
-            let slot = match self.attrs.get(pos) {
+            let at = match self.attrs.get(pos) {
                 Some((n, _, _)) if **n == **name => pos,
                 _ => match self.index.get(name.as_ref()) {
                     Some(&i) => i,
                     None if self.attrs.len() >= MAX_TRACKED_ATTRIBUTES => {
                         self.overflowed = true;
+                        slot(UNTRACKED);
                         continue;
                     }
                     None => {
@@ -366,8 +376,15 @@ impl EntityShape {
                     }
                 },
             };
-            self.attrs[slot].2.observe(value);
+            self.attrs[at].2.observe(value);
+            slot(at as u32);
         }
+    }
+
+    /// The attribute names in the order this shape first met them (the slots of
+    /// [`EntityShape::observe_slots`]).
+    pub fn names(&self) -> Vec<Box<str>> {
+        self.attrs.iter().map(|(n, _, _)| n.clone()).collect()
     }
 
     pub fn merge(&mut self, other: &EntityShape) {

@@ -23,6 +23,8 @@ pub enum NormalizeError {
     Mismatch { table: String, column: String, expected: String, found: TypeTag },
     #[error("attribute `{attribute}` has no column in table `{table}`")]
     UnknownAttribute { table: String, attribute: String },
+    #[error("attribute `{attribute}` appears twice in one row of table `{table}`")]
+    RepeatedAttribute { table: String, attribute: String },
     #[error("building arrays for table `{table}`: {source}")]
     Arrow { table: String, source: ArrowError },
 }
@@ -382,6 +384,17 @@ where
     Ok(())
 }
 
+/// Where one attribute of a row goes in a table ([`BatchBuilder::slot_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// The column at this index.
+    Column(usize),
+    /// The extra column, which takes attributes without one of their own.
+    Extra,
+    /// Nowhere: the table has no such column and no extra column.
+    Unknown,
+}
+
 /// Builds record batches of one table from items.
 pub struct BatchBuilder {
     table: String,
@@ -394,6 +407,8 @@ pub struct BatchBuilder {
     /// The column that takes attributes without one of their own, as a DynamoDB JSON item.
     extra: Option<usize>,
     extra_text: String,
+    /// [`BatchBuilder::put`]: the columns the row being appended has a value for.
+    filled: Vec<bool>,
 }
 
 impl BatchBuilder {
@@ -413,6 +428,7 @@ impl BatchBuilder {
             rows: 0,
             extra,
             extra_text: String::new(),
+            filled: Vec::new(),
         }
     }
 
@@ -424,33 +440,122 @@ impl BatchBuilder {
         self.rows
     }
 
+    /// Where an attribute named `name` goes in this table.
+    pub fn slot_of(&self, name: &str) -> Slot {
+        match self.index.get(name) {
+            Some(&i) => Slot::Column(i),
+            None if self.extra.is_some() => Slot::Extra,
+            None => Slot::Unknown,
+        }
+    }
+
     pub fn append(&mut self, item: &Item<'_>) -> Result<(), NormalizeError> {
         // Position of each column's attribute in the item; reused across rows.
         self.slots.clear();
         self.slots.resize(self.cols.len(), usize::MAX);
         let mut extras: Vec<usize> = Vec::new();
         for (pos, (name, _)) in item.iter().enumerate() {
-            let i = match self.names.get(pos) {
-                Some(n) if n == name && Some(pos) != self.extra => pos,
-                _ => match self.index.get(name.as_ref()) {
-                    Some(&i) => i,
-                    None if self.extra.is_some() => {
-                        extras.push(pos);
-                        continue;
-                    }
-                    None => {
-                        return Err(NormalizeError::UnknownAttribute {
-                            table: self.table.clone(),
-                            attribute: name.to_string(),
-                        });
-                    }
-                },
+            let slot = match self.names.get(pos) {
+                Some(n) if n == name && Some(pos) != self.extra => Slot::Column(pos),
+                _ => self.slot_of(name),
             };
-            self.slots[i] = pos;
+            self.place(slot, pos, name, &mut extras)?;
         }
+        self.append_placed(&extras, |p| (item[p].0.as_ref(), &item[p].1))
+    }
+
+    /// Starts a row appended attribute by attribute ([`BatchBuilder::put`], then
+    /// [`BatchBuilder::end_row`]): pass two reads values from the spill straight into their
+    /// columns, never building a row of values first.
+    pub fn begin_row(&mut self) {
+        self.filled.clear();
+        self.filled.resize(self.cols.len(), false);
+        self.extra_text.clear();
+    }
+
+    /// Appends one attribute of the row begun, to where `slot` says ([`BatchBuilder::slot_of`]).
+    #[inline]
+    pub fn put(&mut self, slot: Slot, name: &str, v: &Value<'_>) -> Result<(), NormalizeError> {
+        match slot {
+            Slot::Column(i) => {
+                if std::mem::replace(&mut self.filled[i], true) {
+                    return Err(NormalizeError::RepeatedAttribute {
+                        table: self.table.clone(),
+                        attribute: name.to_owned(),
+                    });
+                }
+                self.cols[i].append(Some(v)).map_err(|m| NormalizeError::Mismatch {
+                    table: self.table.clone(),
+                    column: self.names[i].clone(),
+                    expected: m.expected,
+                    found: m.found,
+                })
+            }
+            Slot::Extra => {
+                // The extra column's item, written as its attributes come (as
+                // `write_item_json` writes the item of them).
+                self.extra_text.push(if self.extra_text.is_empty() { '{' } else { ',' });
+                crate::decode::json::write_json_string(&mut self.extra_text, name);
+                self.extra_text.push(':');
+                v.write_dynamodb_json(&mut self.extra_text);
+                Ok(())
+            }
+            Slot::Unknown => {
+                Err(NormalizeError::UnknownAttribute { table: self.table.clone(), attribute: name.to_owned() })
+            }
+        }
+    }
+
+    /// Ends the row begun: columns it had no value for are null.
+    pub fn end_row(&mut self) -> Result<(), NormalizeError> {
+        if !self.extra_text.is_empty() {
+            self.extra_text.push('}');
+        }
+        for (i, col) in self.cols.iter_mut().enumerate() {
+            if self.filled[i] {
+                continue;
+            }
+            let extra = Value::S(Cow::Borrowed(self.extra_text.as_str()));
+            let v = (Some(i) == self.extra && !self.extra_text.is_empty()).then_some(&extra);
+            col.append(v).map_err(|m| NormalizeError::Mismatch {
+                table: self.table.clone(),
+                column: self.names[i].clone(),
+                expected: m.expected,
+                found: m.found,
+            })?;
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Records that the attribute at `pos` of the row goes to `slot`.
+    fn place(&mut self, slot: Slot, pos: usize, name: &str, extras: &mut Vec<usize>) -> Result<(), NormalizeError> {
+        match slot {
+            Slot::Column(i) => self.slots[i] = pos,
+            Slot::Extra => extras.push(pos),
+            Slot::Unknown => {
+                return Err(NormalizeError::UnknownAttribute { table: self.table.clone(), attribute: name.to_owned() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the row whose attributes [`BatchBuilder::place`] placed; `at(pos)` is the name
+    /// and value of the attribute at `pos`.
+    fn append_placed<'v>(
+        &mut self,
+        extras: &[usize],
+        at: impl Fn(usize) -> (&'v str, &'v Value<'v>),
+    ) -> Result<(), NormalizeError> {
         let extra_value = match self.extra {
             Some(_) if !extras.is_empty() => {
-                let kept: Item<'_> = extras.iter().map(|&p| item[p].clone()).collect();
+                let kept: Item<'_> = extras
+                    .iter()
+                    .map(|&p| {
+                        let (k, v) = at(p);
+                        (Cow::Borrowed(k), v.clone())
+                    })
+                    .collect();
                 self.extra_text.clear();
                 crate::decode::write_item_json(&kept, &mut self.extra_text);
                 Some(Value::S(Cow::Borrowed(self.extra_text.as_str())))
@@ -458,7 +563,14 @@ impl BatchBuilder {
             _ => None,
         };
         for (i, col) in self.cols.iter_mut().enumerate() {
-            let v = if Some(i) == self.extra { extra_value.as_ref() } else { item.get(self.slots[i]).map(|(_, v)| v) };
+            let v = if Some(i) == self.extra {
+                extra_value.as_ref()
+            } else {
+                match self.slots[i] {
+                    usize::MAX => None,
+                    p => Some(at(p).1),
+                }
+            };
             col.append(v).map_err(|m| NormalizeError::Mismatch {
                 table: self.table.clone(),
                 column: self.names[i].clone(),
@@ -545,5 +657,53 @@ mod tests {
         let too_big = (i64::MAX / 1000 + 1).to_string();
         let item: Item<'_> = vec![("at".into(), n(&too_big))];
         assert!(matches!(b.append(&item), Err(NormalizeError::Mismatch { .. })));
+    }
+
+    /// Rows appended attribute by attribute (pass two's way) are the rows `append` builds,
+    /// the extra column's item included; an attribute twice in a row, or without a place, is
+    /// refused.
+    #[test]
+    fn rows_put_attribute_by_attribute_equal_appended_items() {
+        let table = TableSchema {
+            table: "t".into(),
+            entity: None,
+            columns: vec![
+                column("pk", ColumnType::Utf8),
+                column("n", ColumnType::Int64),
+                column("ok", ColumnType::Bool),
+                column("_extra", ColumnType::Utf8),
+            ],
+            extra: Some("_extra".into()),
+        };
+        let items: Vec<Item<'_>> = vec![
+            vec![("pk".into(), Value::S("a".into())), ("rare".into(), n("7")), ("n".into(), n("1"))],
+            vec![("ok".into(), Value::Bool(true)), ("pk".into(), Value::S("b".into())), ("z".into(), Value::Null)],
+            vec![("n".into(), Value::Null)],
+        ];
+        let (mut appended, mut put) = (BatchBuilder::new(&table), BatchBuilder::new(&table));
+        for item in &items {
+            appended.append(item).unwrap();
+            put.begin_row();
+            for (k, v) in item {
+                put.put(put.slot_of(k), k, v).unwrap();
+            }
+            put.end_row().unwrap();
+        }
+        let (a, p) = (appended.finish().unwrap(), put.finish().unwrap());
+        assert_eq!(a, p);
+        let extra = p.column(3).as_string::<i32>();
+        assert_eq!(extra.value(0), r#"{"rare":{"N":"7"}}"#);
+        assert_eq!(extra.value(1), r#"{"z":{"NULL":true}}"#);
+        assert!(extra.is_null(2));
+
+        let mut b = BatchBuilder::new(&table);
+        b.begin_row();
+        b.put(b.slot_of("pk"), "pk", &Value::S("a".into())).unwrap();
+        let twice = b.put(b.slot_of("pk"), "pk", &Value::S("b".into()));
+        assert!(matches!(twice, Err(NormalizeError::RepeatedAttribute { .. })), "{twice:?}");
+        let strict = TableSchema { extra: None, columns: table.columns[..3].to_vec(), ..table.clone() };
+        let b = BatchBuilder::new(&strict);
+        assert_eq!(b.slot_of("rare"), Slot::Unknown);
+        assert_eq!(b.slot_of("n"), Slot::Column(1));
     }
 }

@@ -18,7 +18,7 @@ pub mod reject;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use builder::{BatchBuilder, NormalizeError};
+pub use builder::{BatchBuilder, NormalizeError, Slot};
 pub use reject::{RejectReason, RejectRow, RejectsBuilder, rejects_schema};
 
 use crate::decode::{DecodeError, Item, Record, Value};

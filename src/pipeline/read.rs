@@ -28,7 +28,7 @@ use crate::source::frame::{FileDigest, Frame, Framer};
 use crate::source::{DataFile, Plan};
 
 /// Spill chunks are cut at this size.
-const CHUNK_BYTES: usize = 1024 * 1024;
+const CHUNK_BYTES: u64 = 1024 * 1024;
 /// Progress counters and the stop flag are looked at once per this many units.
 const CHECK_EVERY: u64 = 4096;
 
@@ -41,12 +41,22 @@ pub struct ChunkRef {
     pub worker: usize,
     pub offset: u64,
     pub len: u64,
+    /// Its [logical size](spill#logical-size), by which parts are planned.
+    pub logical: u64,
 }
 
 #[derive(Default)]
 struct ChunkBuf {
     bytes: Vec<u8>,
     seq: u32,
+    /// The [logical size](spill#logical-size) of what `bytes` holds.
+    logical: u64,
+}
+
+impl ChunkBuf {
+    fn is_full(&self) -> bool {
+        self.logical >= CHUNK_BYTES
+    }
 }
 
 /// What one file gave.
@@ -67,6 +77,9 @@ pub struct ReadResult {
     pub chunks: Vec<ChunkRef>,
     /// Per worker, its spill file.
     pub spills: Vec<PathBuf>,
+    /// Per worker and inferred table, the attribute names its spilled items' slots stand for
+    /// ([`spill::Key::Slot`]).
+    pub slot_names: HashMap<(usize, TableId), Vec<Box<str>>>,
     pub reject_counts: BTreeMap<RejectReason, u64>,
     pub warnings: Vec<String>,
     /// What a chain run saw of its changes (empty otherwise).
@@ -78,16 +91,22 @@ pub struct ReadResult {
 struct Inferred {
     shape: EntityShape,
     buf: ChunkBuf,
+    /// The slots of the item being spilled, reused.
+    slots: Vec<u32>,
 }
 
 impl Inferred {
     /// Observes one item, and spills it when `spill`; `true` when the chunk is full.
     fn add(&mut self, item: &Item<'_>, file: u32, line: u64, spill: bool) -> bool {
-        self.shape.observe(item, file, line);
-        if spill {
-            spill::encode_item(item, &mut self.buf.bytes);
+        if !spill {
+            self.shape.observe(item, file, line);
+            return false;
         }
-        self.buf.bytes.len() >= CHUNK_BYTES
+        self.slots.clear();
+        let slots = &mut self.slots;
+        self.shape.observe_slots(item, file, line, |s| slots.push(s));
+        self.buf.logical += spill::encode_item_slots(item, &self.slots, &mut self.buf.bytes);
+        self.buf.is_full()
     }
 }
 
@@ -187,9 +206,11 @@ impl<'a> Worker<'a> {
             worker: self.worker,
             offset: self.spill_pos,
             len: buf.bytes.len() as u64,
+            logical: buf.logical,
         });
         self.spill_pos += buf.bytes.len() as u64;
         buf.bytes.clear();
+        buf.logical = 0;
         buf.seq += 1;
         Ok(())
     }
@@ -307,8 +328,8 @@ impl<'a> Worker<'a> {
         if !self.keep_rows {
             return Ok(());
         }
-        spill::encode_item(row, &mut buf.bytes);
-        if buf.bytes.len() >= CHUNK_BYTES {
+        buf.logical += spill::encode_item(row, &mut buf.bytes);
+        if buf.is_full() {
             let mut b = std::mem::take(buf);
             self.write_chunk(TableId::Mapped(table), &mut b)?;
             self.mapped[table as usize] = b;
@@ -346,8 +367,10 @@ impl<'a> Worker<'a> {
         if !self.keep_rows {
             return Ok(());
         }
+        let before = self.rejects.bytes.len();
         spill::encode_reject(&row, &mut self.rejects.bytes);
-        if self.rejects.bytes.len() >= CHUNK_BYTES {
+        self.rejects.logical += (self.rejects.bytes.len() - before) as u64;
+        if self.rejects.is_full() {
             let mut b = std::mem::take(&mut self.rejects);
             self.write_chunk(TableId::Rejects, &mut b)?;
             self.rejects = b;
@@ -361,7 +384,7 @@ impl<'a> Worker<'a> {
             let mut b = std::mem::take(&mut self.mapped[t]);
             self.write_chunk(TableId::Mapped(t as u32), &mut b)?;
             // Sequence numbers restart per file.
-            self.mapped[t] = ChunkBuf { bytes: b.bytes, seq: 0 };
+            self.mapped[t] = ChunkBuf { bytes: b.bytes, seq: 0, logical: 0 };
         }
         let mut keys: Vec<Arc<str>> = self.entities.keys().cloned().collect();
         keys.sort();
@@ -369,15 +392,15 @@ impl<'a> Worker<'a> {
             let mut b = self.entities.get_mut(&k).map(|s| std::mem::take(&mut s.buf)).unwrap_or_default();
             self.write_chunk(TableId::Entity(k.clone()), &mut b)?;
             if let Some(s) = self.entities.get_mut(&k) {
-                s.buf = ChunkBuf { bytes: b.bytes, seq: 0 };
+                s.buf = ChunkBuf { bytes: b.bytes, seq: 0, logical: 0 };
             }
         }
         let mut b = std::mem::take(&mut self.untyped.buf);
         self.write_chunk(TableId::Untyped, &mut b)?;
-        self.untyped.buf = ChunkBuf { bytes: b.bytes, seq: 0 };
+        self.untyped.buf = ChunkBuf { bytes: b.bytes, seq: 0, logical: 0 };
         let mut b = std::mem::take(&mut self.rejects);
         self.write_chunk(TableId::Rejects, &mut b)?;
-        self.rejects = ChunkBuf { bytes: b.bytes, seq: 0 };
+        self.rejects = ChunkBuf { bytes: b.bytes, seq: 0, logical: 0 };
         Ok(())
     }
 }
@@ -416,6 +439,7 @@ pub fn read_all(
     let mut untyped = EntityShape::default();
     let mut chunks = Vec::new();
     let mut spills = Vec::new();
+    let mut slot_names = HashMap::new();
     let mut reject_counts = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut chain_read = ChainRead::default();
@@ -429,8 +453,10 @@ pub fn read_all(
             files[i] = st;
         }
         for (k, s) in w.entities {
+            slot_names.insert((w.worker, TableId::Entity(k.clone())), s.shape.names());
             shapes.entry(k).or_default().merge(&s.shape);
         }
+        slot_names.insert((w.worker, TableId::Untyped), w.untyped.shape.names());
         untyped.merge(&w.untyped.shape);
         chunks.extend(w.chunks);
         spills.push(w.spill_path);
@@ -449,6 +475,7 @@ pub fn read_all(
         untyped: (untyped.items > 0).then_some(untyped),
         chunks,
         spills,
+        slot_names,
         reject_counts,
         warnings,
         chain: chain_read,

@@ -733,6 +733,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         untyped,
         chunks: Vec::new(),
         spills: Vec::new(),
+        slot_names: Default::default(),
         reject_counts,
         warnings,
         chain: chain_read,

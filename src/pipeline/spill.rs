@@ -3,11 +3,23 @@
 //! Pass one decodes JSON once, infers schemas and writes items here; pass two reads them back
 //! (borrowing strings and bytes from the chunk) to build Arrow columns. The format is private
 //! to one run and never leaves the staging folder.
+//!
+//! An item is its attribute count, then each attribute's key and value. A key is a varint:
+//! `2 * slot + 1` names the attribute by its slot in the shape of its table in the worker that
+//! wrote it (inferred tables, see [`encode_item_slots`]); `2 * len` is followed by the name's
+//! `len` bytes (declared tables, and names a shape does not track). Slots spare pass one the
+//! copy of every name and pass two the search for every column.
+//!
+//! # Logical size
+//! Chunks, part files and row groups are cut by the size items would take with every name
+//! written out ([`encode_item`]'s return), not by the bytes written: slots depend on the files
+//! a worker read before, and cuts must not, so that the output stays the same whatever
+//! `--threads` is.
 
 use std::borrow::Cow;
 
 use crate::decode::{Item, Number, TypeTag, Value};
-use crate::normalize::{RejectReason, RejectRow};
+use crate::normalize::{BatchBuilder, NormalizeError, RejectReason, RejectRow, Slot};
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -22,12 +34,43 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-pub fn encode_item(item: &Item<'_>, out: &mut Vec<u8>) {
-    put_varint(out, item.len() as u64);
-    for (k, v) in item {
-        put_bytes(out, k.as_bytes());
+/// The bytes [`put_varint`] writes for `v`.
+pub fn varint_len(v: u64) -> u64 {
+    u64::from((64 - (v | 1).leading_zeros()).div_ceil(7))
+}
+
+/// Writes `item` with its attribute names, and returns its [logical size](self#logical-size).
+pub fn encode_item(item: &Item<'_>, out: &mut Vec<u8>) -> u64 {
+    encode_with(item, |_| NAMED, out)
+}
+
+/// Writes `item` with each attribute named by its slot in the table's shape (`slots[i]` for
+/// the `i`th attribute, from [`crate::mapping::infer::EntityShape::observe_slots`]), or by its
+/// name when the shape does not track it; returns its [logical size](self#logical-size).
+pub fn encode_item_slots(item: &Item<'_>, slots: &[u32], out: &mut Vec<u8>) -> u64 {
+    encode_with(item, |i| slots.get(i).copied().unwrap_or(NAMED), out)
+}
+
+/// A slot that stands for "written by name".
+const NAMED: u32 = crate::mapping::infer::UNTRACKED;
+
+fn encode_with(item: &Item<'_>, slot: impl Fn(usize) -> u32, out: &mut Vec<u8>) -> u64 {
+    let n = item.len() as u64;
+    put_varint(out, n);
+    let mut logical = varint_len(n);
+    for (i, (k, v)) in item.iter().enumerate() {
+        match slot(i) {
+            NAMED => {
+                put_varint(out, 2 * k.len() as u64);
+                out.extend_from_slice(k.as_bytes());
+            }
+            s => put_varint(out, 2 * u64::from(s) + 1),
+        }
+        let at = out.len();
         encode_value(v, out);
+        logical += varint_len(k.len() as u64) + k.len() as u64 + (out.len() - at) as u64;
     }
+    logical
 }
 
 fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) {
@@ -64,10 +107,27 @@ fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// Why a spilled item could not be appended as a row ([`Reader::append_row`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RowError {
+    #[error(transparent)]
+    Spill(#[from] SpillError),
+    #[error(transparent)]
+    Normalize(#[from] NormalizeError),
+}
+
 /// The spill bytes were not written by [`encode_item`]: a bug or a damaged staging folder.
 #[derive(Debug, thiserror::Error)]
 #[error("spill data is damaged at byte {0}")]
 pub struct SpillError(pub usize);
+
+/// How an attribute of a spilled item is named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key<'a> {
+    /// Its slot in the shape of the table, in the worker that wrote it.
+    Slot(u32),
+    Name(&'a str),
+}
 
 /// Reads values back, borrowing from the chunk.
 pub struct Reader<'a> {
@@ -109,6 +169,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     fn bytes(&mut self) -> Result<&'a [u8], SpillError> {
         let n = self.varint()? as usize;
         let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(SpillError(self.pos))?;
@@ -117,6 +178,7 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
+    #[inline]
     fn str(&mut self) -> Result<&'a str, SpillError> {
         let at = self.pos;
         let b = self.bytes()?;
@@ -129,17 +191,102 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(b).map_err(|_| SpillError(at))
     }
 
+    /// Appends the next item to `b` as one row, reading each value straight into its column:
+    /// an attribute written by its slot goes to `places[slot]` (its name is `names[slot]`), one
+    /// written by name to [`BatchBuilder::slot_of`]. Returns the item's
+    /// [logical size](self#logical-size). Scalars are never moved once built: a row of values
+    /// returned and copied cost a store-forwarding stall per value (most of pass two's reading,
+    /// in `perf`).
+    pub fn append_row(&mut self, names: &[Box<str>], places: &[Slot], b: &mut BatchBuilder) -> Result<usize, RowError> {
+        let start = self.pos;
+        let n = self.count()?;
+        let mut logical = self.pos - start;
+        b.begin_row();
+        for _ in 0..n {
+            let at = self.pos;
+            let (name, place) = match self.key()? {
+                Key::Slot(s) => {
+                    let s = s as usize;
+                    let name = names.get(s).ok_or(SpillError(at))?;
+                    (name.as_ref(), places.get(s).copied().unwrap_or(Slot::Unknown))
+                }
+                Key::Name(name) => (name, b.slot_of(name)),
+            };
+            let value_at = self.pos;
+            let tag = *TypeTag::ALL
+                .get(*self.b.get(value_at).ok_or(SpillError(value_at))? as usize)
+                .ok_or(SpillError(value_at))?;
+            self.pos += 1;
+            // Each scalar is built where `put` reads it: no `Result<Value>` to copy it out of.
+            match tag {
+                TypeTag::S => {
+                    let s = self.str()?;
+                    b.put(place, name, &Value::S(Cow::Borrowed(s)))?;
+                }
+                TypeTag::N => {
+                    let s = self.str()?;
+                    b.put(place, name, &Value::N(Number::from_canonical(s)))?;
+                }
+                TypeTag::B => {
+                    let x = self.bytes()?;
+                    b.put(place, name, &Value::B(Cow::Borrowed(x)))?;
+                }
+                TypeTag::Bool => {
+                    let x = *self.b.get(self.pos).ok_or(SpillError(self.pos))?;
+                    self.pos += 1;
+                    b.put(place, name, &Value::Bool(x != 0))?;
+                }
+                TypeTag::Null => b.put(place, name, &Value::Null)?,
+                _ => {
+                    let v = self.nested(tag)?;
+                    b.put(place, name, &v)?;
+                }
+            }
+            logical += varint_len(name.len() as u64) as usize + name.len() + (self.pos - value_at);
+        }
+        b.end_row()?;
+        Ok(logical)
+    }
+
+    /// An item written by [`encode_item`] (every attribute by name).
     pub fn item(&mut self) -> Result<Item<'a>, SpillError> {
-        let n = self.varint()? as usize;
+        let n = self.count()?;
         let mut item = Vec::with_capacity(n.min(1024));
         for _ in 0..n {
-            let k = self.str()?;
+            let at = self.pos;
+            let Key::Name(k) = self.key()? else { return Err(SpillError(at)) };
             item.push((Cow::Borrowed(k), self.value()?));
         }
         Ok(item)
     }
 
-    fn value(&mut self) -> Result<Value<'a>, SpillError> {
+    /// The number of attributes of the next item; each follows as a [`Reader::key`] then a
+    /// [`Reader::value`].
+    pub fn count(&mut self) -> Result<usize, SpillError> {
+        Ok(self.varint()? as usize)
+    }
+
+    /// How the next attribute is named.
+    #[inline(always)]
+    pub fn key(&mut self) -> Result<Key<'a>, SpillError> {
+        let at = self.pos;
+        let k = self.varint()?;
+        if k & 1 == 1 {
+            return u32::try_from(k >> 1).map(Key::Slot).map_err(|_| SpillError(at));
+        }
+        let end = self.pos.checked_add((k >> 1) as usize).filter(|&e| e <= self.b.len()).ok_or(SpillError(self.pos))?;
+        let b = &self.b[self.pos..end];
+        self.pos = end;
+        if b.is_ascii() {
+            // SAFETY: every byte is below 0x80, and a sequence of ASCII bytes is valid UTF-8.
+            return Ok(Key::Name(unsafe { std::str::from_utf8_unchecked(b) }));
+        }
+        std::str::from_utf8(b).map(Key::Name).map_err(|_| SpillError(at))
+    }
+
+    /// The next value (sets, lists and maps out of line).
+    #[inline]
+    pub fn value(&mut self) -> Result<Value<'a>, SpillError> {
         let at = self.pos;
         let tag = *TypeTag::ALL.get(*self.b.get(self.pos).ok_or(SpillError(at))? as usize).ok_or(SpillError(at))?;
         self.pos += 1;
@@ -153,6 +300,14 @@ impl<'a> Reader<'a> {
                 Value::Bool(b != 0)
             }
             TypeTag::Null => Value::Null,
+            _ => return self.nested(tag),
+        })
+    }
+
+    /// A set, list or map, whose tag was read.
+    #[inline(never)]
+    fn nested(&mut self, tag: TypeTag) -> Result<Value<'a>, SpillError> {
+        Ok(match tag {
             TypeTag::SS => {
                 let n = self.varint()? as usize;
                 Value::SS((0..n).map(|_| self.str().map(Cow::Borrowed)).collect::<Result<_, _>>()?)
@@ -177,6 +332,10 @@ impl<'a> Reader<'a> {
                     m.push((Cow::Borrowed(k), self.value()?));
                 }
                 Value::M(m)
+            }
+            // [`Reader::value`] reads scalars itself.
+            TypeTag::S | TypeTag::N | TypeTag::B | TypeTag::Bool | TypeTag::Null => {
+                return Err(SpillError(self.pos - 1));
             }
         })
     }
@@ -231,6 +390,50 @@ mod tests {
         }
     }
 
+    /// Reads an item back whatever names its attributes, with `names` for the slots.
+    fn read_slotted<'a>(r: &mut Reader<'a>, names: &'a [&'a str]) -> Item<'a> {
+        let n = r.count().unwrap();
+        (0..n)
+            .map(|_| {
+                let name = match r.key().unwrap() {
+                    Key::Slot(s) => names[s as usize],
+                    Key::Name(n) => n,
+                };
+                (Cow::Borrowed(name), r.value().unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn slots_read_back_as_their_names_and_sizes_are_logical() {
+        let long = format!(
+            "{{\"Item\":{{\"{}\":{{\"S\":\"x\"}},\"PK\":{{\"S\":\"a\"}},\"n\":{{\"N\":\"2\"}}}}}}",
+            "k".repeat(70)
+        );
+        let item = decode_export_line(&long);
+        let mut named = Vec::new();
+        let logical = encode_item(&item, &mut named);
+        // A name of 70 bytes takes a 2-byte key (2 * 70 > 127) where its length alone took one.
+        assert_eq!(logical + 1, named.len() as u64);
+        // `PK` and `n` by slot, the long name by name.
+        let mut slotted = Vec::new();
+        let slots = [crate::mapping::infer::UNTRACKED, 1, 0];
+        assert_eq!(encode_item_slots(&item, &slots, &mut slotted), logical);
+        assert!(slotted.len() < named.len());
+        let names = ["n", "PK"];
+        assert_eq!(read_slotted(&mut Reader::new(&slotted), &names), item);
+        assert_eq!(read_slotted(&mut Reader::new(&named), &names), item);
+        // `item()` reads names only: a slot is refused, not guessed.
+        assert!(Reader::new(&slotted).item().is_err());
+        // A slot past `u32` is damage.
+        let mut big = Vec::new();
+        put_varint(&mut big, (u64::from(u32::MAX) + 1) * 2 + 1);
+        assert!(Reader::new(&big).key().is_err());
+        assert_eq!(varint_len(127), 1);
+        assert_eq!(varint_len(128), 2);
+        assert_eq!(varint_len(0), 1);
+    }
+
     #[test]
     fn non_ascii_text_round_trips_and_damaged_text_is_refused() {
         let item = decode_export_line(r#"{"Item":{"név":{"S":"é✓\u00e9"},"a":{"SS":["x","✓"]}}}"#);
@@ -238,9 +441,9 @@ mod tests {
         encode_item(&item, &mut buf);
         assert_eq!(Reader::new(&buf).item().unwrap(), item);
         // One attribute `k` holding an `S` of two bytes that are not UTF-8.
-        let damaged = [1, 1, b'k', TypeTag::S as u8, 2, 0xff, 0xfe];
+        let damaged = [1, 2, b'k', TypeTag::S as u8, 2, 0xff, 0xfe];
         assert!(Reader::new(&damaged).item().is_err());
-        let ascii = [1, 1, b'k', TypeTag::S as u8, 2, b'o', b'k'];
+        let ascii = [1, 2, b'k', TypeTag::S as u8, 2, b'o', b'k'];
         assert_eq!(Reader::new(&ascii).item().unwrap()[0].1, Value::S(Cow::Borrowed("ok")));
         // A length that needs two varint bytes.
         let long = "x".repeat(300);

@@ -17,7 +17,7 @@ use super::read::{ChunkRef, ReadResult};
 use super::spill;
 use super::{UnwindError, UnwindSettings};
 use crate::normalize::naming::{self, REJECTS_TABLE, UNTYPED_TABLE};
-use crate::normalize::{BatchBuilder, MappedTables, RejectsBuilder, TableId, rejects_schema};
+use crate::normalize::{BatchBuilder, MappedTables, RejectsBuilder, Slot, TableId, rejects_schema};
 use crate::schema::{Demoted, Renamed, TableSchema, Widening};
 use crate::sink::manifest::{FileReport, TableReport};
 use crate::sink::parquet::{WRITE_SLICE_ROWS, plan_parts};
@@ -50,6 +50,7 @@ enum TableKind {
 }
 
 struct TableJob {
+    id: TableId,
     name: String,
     entity: Option<String>,
     kind: TableKind,
@@ -101,9 +102,9 @@ pub fn write_all(
         };
         let mut chunks = by_table.remove(&id).unwrap_or_default();
         chunks.sort_by_key(|c| (c.file, c.seq));
-        let sizes: Vec<u64> = chunks.iter().map(|c| c.len).collect();
+        let sizes: Vec<u64> = chunks.iter().map(|c| c.logical).collect();
         let parts = plan_parts(&sizes, settings.target_file_bytes).into_iter().map(|r| chunks[r].to_vec()).collect();
-        jobs.push(TableJob { name, entity, kind, schema, parts });
+        jobs.push(TableJob { id, name, entity, kind, schema, parts });
     };
     if let Some(m) = mapped {
         for (i, t) in m.tables.iter().enumerate() {
@@ -147,7 +148,7 @@ pub fn write_all(
     let tasks: Vec<(usize, usize)> =
         jobs.iter().enumerate().flat_map(|(j, job)| (0..job.parts.len()).map(move |p| (j, p))).collect();
     let mut order: Vec<usize> = (0..tasks.len()).collect();
-    let task_bytes = |t: &(usize, usize)| jobs[t.0].parts[t.1].iter().map(|c| c.len).sum::<u64>();
+    let task_bytes = |t: &(usize, usize)| jobs[t.0].parts[t.1].iter().map(|c| c.logical).sum::<u64>();
     order.sort_by_key(|&i| std::cmp::Reverse(task_bytes(&tasks[i])));
     let done = pool::run(
         settings.threads,
@@ -157,7 +158,7 @@ pub fn write_all(
             stop.check::<UnwindError>()?;
             let ti = order[k];
             let (j, p) = tasks[ti];
-            done.push((ti, write_part(&jobs[j], p, sink, &spills, settings, plan)?));
+            done.push((ti, write_part(&jobs[j], p, sink, &spills, read, settings, plan)?));
             Ok::<(), UnwindError>(())
         },
     )?;
@@ -201,6 +202,7 @@ fn write_part(
     part: usize,
     sink: &dyn PartSink,
     spills: &[File],
+    read: &ReadResult,
     settings: &UnwindSettings,
     plan: &Plan,
 ) -> Result<FileReport, UnwindError> {
@@ -229,22 +231,31 @@ fn write_part(
             source,
         })?;
         let mut r = spill::Reader::new(&buf);
+        // What the slots of this chunk's worker stand for, and where each goes in the table.
+        let names: &[Box<str>] = read.slot_names.get(&(c.worker, job.id.clone())).map_or(&[], Vec::as_slice);
+        let places: Vec<Slot> = match &items {
+            Some(b) => names.iter().map(|n| b.slot_of(n)).collect(),
+            None => Vec::new(),
+        };
         while !r.at_end() {
-            let before = r.pos;
-            let rows = match &mut items {
+            let (rows, logical) = match &mut items {
                 Some(b) => {
-                    let item = r.item().map_err(damaged)?;
-                    b.append(&item)?;
-                    b.rows()
+                    let logical = match r.append_row(names, &places, b) {
+                        Ok(logical) => logical,
+                        Err(spill::RowError::Spill(e)) => return Err(damaged(e)),
+                        Err(spill::RowError::Normalize(e)) => return Err(e.into()),
+                    };
+                    (b.rows(), logical)
                 }
                 None => {
+                    let before = r.pos;
                     let row = r.reject().map_err(damaged)?;
                     let file = plan.files.get(row.file as usize).map(|f| f.display.as_str()).unwrap_or("?");
                     rejects.append(file, &row);
-                    rejects.rows()
+                    (rejects.rows(), r.pos - before)
                 }
             };
-            batch_bytes += r.pos - before;
+            batch_bytes += logical;
             group_rows += 1;
             // The builders hold one write slice at most: parquet encodes each slice as it is
             // built, so memory holds a row group compressed, not a row group of Arrow arrays.
