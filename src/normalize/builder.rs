@@ -449,17 +449,23 @@ impl BatchBuilder {
         }
     }
 
+    /// [`BatchBuilder::slot_of`] for the attribute at position `pos` of its row: rows of one
+    /// table usually list attributes in column order, so that column is tried first.
+    #[inline]
+    pub fn slot_at(&self, pos: usize, name: &str) -> Slot {
+        match self.names.get(pos) {
+            Some(n) if n == name && Some(pos) != self.extra => Slot::Column(pos),
+            _ => self.slot_of(name),
+        }
+    }
+
     pub fn append(&mut self, item: &Item<'_>) -> Result<(), NormalizeError> {
         // Position of each column's attribute in the item; reused across rows.
         self.slots.clear();
         self.slots.resize(self.cols.len(), usize::MAX);
         let mut extras: Vec<usize> = Vec::new();
         for (pos, (name, _)) in item.iter().enumerate() {
-            let slot = match self.names.get(pos) {
-                Some(n) if n == name && Some(pos) != self.extra => Slot::Column(pos),
-                _ => self.slot_of(name),
-            };
-            self.place(slot, pos, name, &mut extras)?;
+            self.place(self.slot_at(pos, name), pos, name, &mut extras)?;
         }
         self.append_placed(&extras, |p| (item[p].0.as_ref(), &item[p].1))
     }

@@ -193,7 +193,7 @@ impl<'a> Reader<'a> {
 
     /// Appends the next item to `b` as one row, reading each value straight into its column:
     /// an attribute written by its slot goes to `places[slot]` (its name is `names[slot]`), one
-    /// written by name to [`BatchBuilder::slot_of`]. Returns the item's
+    /// written by name to [`BatchBuilder::slot_at`]. Returns the item's
     /// [logical size](self#logical-size). Scalars are never moved once built: a row of values
     /// returned and copied cost a store-forwarding stall per value (most of pass two's reading,
     /// in `perf`).
@@ -202,7 +202,7 @@ impl<'a> Reader<'a> {
         let n = self.count()?;
         let mut logical = self.pos - start;
         b.begin_row();
-        for _ in 0..n {
+        for pos in 0..n {
             let at = self.pos;
             let (name, place) = match self.key()? {
                 Key::Slot(s) => {
@@ -210,7 +210,7 @@ impl<'a> Reader<'a> {
                     let name = names.get(s).ok_or(SpillError(at))?;
                     (name.as_ref(), places.get(s).copied().unwrap_or(Slot::Unknown))
                 }
-                Key::Name(name) => (name, b.slot_of(name)),
+                Key::Name(name) => (name, b.slot_at(pos, name)),
             };
             let value_at = self.pos;
             let tag = *TypeTag::ALL
