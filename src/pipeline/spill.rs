@@ -471,4 +471,85 @@ mod tests {
             assert_eq!(Reader::new(&buf).reject().unwrap(), row);
         }
     }
+
+    mod slots {
+        //! Pass two reading slots gives the batch pass two built from names before: items of
+        //! random shapes, spilled by two "workers" whose slots differ, read back into one table.
+
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use crate::decode::json::put_line;
+        use crate::mapping::infer::EntityShape;
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z]{0,3}".prop_map(|s| format!(r#"{{"S":"{s}"}}"#)),
+                "-?[0-9]{1,4}(\\.[0-9]{1,2})?".prop_map(|n| format!(r#"{{"N":"{n}"}}"#)),
+                any::<bool>().prop_map(|b| format!(r#"{{"BOOL":{b}}}"#)),
+                Just(r#"{"NULL":true}"#.to_owned()),
+                "[a-z]{1,2}".prop_map(|s| format!(r#"{{"L":[{{"S":"{s}"}},{{"N":"1"}}]}}"#)),
+                "[0-9]{1,2}".prop_map(|n| format!(r#"{{"M":{{"k":{{"N":"{n}"}}}}}}"#)),
+            ]
+        }
+
+        fn line() -> impl Strategy<Value = String> {
+            // A name of 70 bytes takes a two-byte key when written by name.
+            let name = prop_oneof![4 => "[a-e]", 1 => Just("n".repeat(70))];
+            proptest::collection::btree_map(name, value(), 1..6).prop_map(|m| {
+                let attrs: Vec<String> = m.iter().map(|(k, v)| format!(r#""{k}":{v}"#)).collect();
+                format!(r#"{{"Item":{{{}}}}}"#, attrs.join(","))
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+            #[test]
+            fn slotted_rows_build_the_batch_named_rows_built(lines in proptest::collection::vec(line(), 1..40)) {
+                let items: Vec<Item<'_>> = lines.iter().map(|l| put_line(l)).collect();
+                let half = items.len() / 2;
+                // Two workers: each observes its half in its own shape, so slots differ.
+                let mut spilled = Vec::new();
+                let mut merged = EntityShape::default();
+                for part in [&items[..half], &items[half..]] {
+                    let (mut shape, mut bytes, mut logical) = (EntityShape::default(), Vec::new(), 0);
+                    let mut named = Vec::new();
+                    for item in part {
+                        let mut slots = Vec::new();
+                        shape.observe_slots(item, 0, 0, |s| slots.push(s));
+                        logical += encode_item_slots(item, &slots, &mut bytes);
+                        let before = named.len();
+                        let l = encode_item(item, &mut named);
+                        // Logical sizes are what names cost, whichever key was written.
+                        let long = item.iter().filter(|(k, _)| k.len() >= 64).count() as u64;
+                        prop_assert_eq!(l + long, (named.len() - before) as u64);
+                    }
+                    prop_assert_eq!(logical, named.len() as u64 - part.iter().map(|i| i.iter().filter(|(k, _)| k.len() >= 64).count() as u64).sum::<u64>());
+                    merged.merge(&shape);
+                    spilled.push((shape.names(), bytes, named));
+                }
+                let table = merged.schema("t", Some("T"), &mut Vec::new()).schema;
+                let mut reference = BatchBuilder::new(&table);
+                for item in &items {
+                    reference.append(item).unwrap();
+                }
+                let (mut by_slot, mut by_name) = (BatchBuilder::new(&table), BatchBuilder::new(&table));
+                for (names, bytes, named) in &spilled {
+                    let places: Vec<Slot> = names.iter().map(|n| by_slot.slot_of(n)).collect();
+                    let mut r = Reader::new(bytes);
+                    while !r.at_end() {
+                        r.append_row(names, &places, &mut by_slot).unwrap();
+                    }
+                    let mut r = Reader::new(named);
+                    while !r.at_end() {
+                        r.append_row(&[], &[], &mut by_name).unwrap();
+                    }
+                }
+                let reference = reference.finish().unwrap();
+                prop_assert_eq!(&by_slot.finish().unwrap(), &reference);
+                prop_assert_eq!(&by_name.finish().unwrap(), &reference);
+            }
+        }
+    }
 }
