@@ -72,6 +72,18 @@ struct Mismatch {
     found: TypeTag,
 }
 
+impl Mismatch {
+    /// The error for this mismatch in column `column` of table `table`.
+    fn in_column(self, table: &str, column: &str) -> NormalizeError {
+        NormalizeError::Mismatch {
+            table: table.to_owned(),
+            column: column.to_owned(),
+            expected: self.expected,
+            found: self.found,
+        }
+    }
+}
+
 impl Col {
     fn new(ty: &ColumnType, arrow: &DataType) -> Col {
         match (ty, arrow) {
@@ -490,12 +502,7 @@ impl BatchBuilder {
                         attribute: name.to_owned(),
                     });
                 }
-                self.cols[i].append(Some(v)).map_err(|m| NormalizeError::Mismatch {
-                    table: self.table.clone(),
-                    column: self.names[i].clone(),
-                    expected: m.expected,
-                    found: m.found,
-                })
+                self.cols[i].append(Some(v)).map_err(|m| m.in_column(&self.table, &self.names[i]))
             }
             Slot::Extra => {
                 // The extra column's item, written as its attributes come (as
@@ -523,12 +530,7 @@ impl BatchBuilder {
             }
             let extra = Value::S(Cow::Borrowed(self.extra_text.as_str()));
             let v = (Some(i) == self.extra && !self.extra_text.is_empty()).then_some(&extra);
-            col.append(v).map_err(|m| NormalizeError::Mismatch {
-                table: self.table.clone(),
-                column: self.names[i].clone(),
-                expected: m.expected,
-                found: m.found,
-            })?;
+            col.append(v).map_err(|m| m.in_column(&self.table, &self.names[i]))?;
         }
         self.rows += 1;
         Ok(())
@@ -577,12 +579,7 @@ impl BatchBuilder {
                     p => Some(at(p).1),
                 }
             };
-            col.append(v).map_err(|m| NormalizeError::Mismatch {
-                table: self.table.clone(),
-                column: self.names[i].clone(),
-                expected: m.expected,
-                found: m.found,
-            })?;
+            col.append(v).map_err(|m| m.in_column(&self.table, &self.names[i]))?;
         }
         self.rows += 1;
         Ok(())
