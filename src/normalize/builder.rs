@@ -414,7 +414,6 @@ pub struct BatchBuilder {
     names: Vec<String>,
     index: HashMap<String, usize>,
     cols: Vec<Col>,
-    slots: Vec<usize>,
     rows: usize,
     /// The column that takes attributes without one of their own, as a DynamoDB JSON item.
     extra: Option<usize>,
@@ -436,7 +435,6 @@ impl BatchBuilder {
             names,
             index,
             cols,
-            slots: Vec::new(),
             rows: 0,
             extra,
             extra_text: String::new(),
@@ -471,15 +469,14 @@ impl BatchBuilder {
         }
     }
 
+    /// Appends one item as a row: [`BatchBuilder::put`] for each attribute, between
+    /// [`BatchBuilder::begin_row`] and [`BatchBuilder::end_row`].
     pub fn append(&mut self, item: &Item<'_>) -> Result<(), NormalizeError> {
-        // Position of each column's attribute in the item; reused across rows.
-        self.slots.clear();
-        self.slots.resize(self.cols.len(), usize::MAX);
-        let mut extras: Vec<usize> = Vec::new();
-        for (pos, (name, _)) in item.iter().enumerate() {
-            self.place(self.slot_at(pos, name), pos, name, &mut extras)?;
+        self.begin_row();
+        for (pos, (name, v)) in item.iter().enumerate() {
+            self.put(self.slot_at(pos, name), name, v)?;
         }
-        self.append_placed(&extras, |p| (item[p].0.as_ref(), &item[p].1))
+        self.end_row()
     }
 
     /// Starts a row appended attribute by attribute ([`BatchBuilder::put`], then
@@ -524,61 +521,12 @@ impl BatchBuilder {
         if !self.extra_text.is_empty() {
             self.extra_text.push('}');
         }
+        let extra = Value::S(Cow::Borrowed(self.extra_text.as_str()));
         for (i, col) in self.cols.iter_mut().enumerate() {
             if self.filled[i] {
                 continue;
             }
-            let extra = Value::S(Cow::Borrowed(self.extra_text.as_str()));
             let v = (Some(i) == self.extra && !self.extra_text.is_empty()).then_some(&extra);
-            col.append(v).map_err(|m| m.in_column(&self.table, &self.names[i]))?;
-        }
-        self.rows += 1;
-        Ok(())
-    }
-
-    /// Records that the attribute at `pos` of the row goes to `slot`.
-    fn place(&mut self, slot: Slot, pos: usize, name: &str, extras: &mut Vec<usize>) -> Result<(), NormalizeError> {
-        match slot {
-            Slot::Column(i) => self.slots[i] = pos,
-            Slot::Extra => extras.push(pos),
-            Slot::Unknown => {
-                return Err(NormalizeError::UnknownAttribute { table: self.table.clone(), attribute: name.to_owned() });
-            }
-        }
-        Ok(())
-    }
-
-    /// Appends the row whose attributes [`BatchBuilder::place`] placed; `at(pos)` is the name
-    /// and value of the attribute at `pos`.
-    fn append_placed<'v>(
-        &mut self,
-        extras: &[usize],
-        at: impl Fn(usize) -> (&'v str, &'v Value<'v>),
-    ) -> Result<(), NormalizeError> {
-        let extra_value = match self.extra {
-            Some(_) if !extras.is_empty() => {
-                let kept: Item<'_> = extras
-                    .iter()
-                    .map(|&p| {
-                        let (k, v) = at(p);
-                        (Cow::Borrowed(k), v.clone())
-                    })
-                    .collect();
-                self.extra_text.clear();
-                crate::decode::write_item_json(&kept, &mut self.extra_text);
-                Some(Value::S(Cow::Borrowed(self.extra_text.as_str())))
-            }
-            _ => None,
-        };
-        for (i, col) in self.cols.iter_mut().enumerate() {
-            let v = if Some(i) == self.extra {
-                extra_value.as_ref()
-            } else {
-                match self.slots[i] {
-                    usize::MAX => None,
-                    p => Some(at(p).1),
-                }
-            };
             col.append(v).map_err(|m| m.in_column(&self.table, &self.names[i]))?;
         }
         self.rows += 1;
