@@ -117,11 +117,16 @@ fn pass_one_mapped(b: Bencher) {
     b.counter(items()).bench(|| {
         let mut normalizer = Normalizer::new(&m.type_attribute, Some((m, t)));
         let mut spilled: Vec<Vec<u8>> = vec![Vec::new(); t.tables.len()];
+        let names: Vec<Vec<Box<str>>> =
+            t.tables.iter().map(|s| s.columns.iter().map(|c| Box::from(c.name.as_str())).collect()).collect();
+        let mut slots = Vec::new();
         for line in LINES.iter() {
             let record = decode_line(line);
             if let Normalized::Mapped { rows } = normalizer.normalize(&record) {
                 for (table, row) in &rows {
-                    spill::encode_item(row, &mut spilled[*table as usize]);
+                    let table = *table as usize;
+                    spill::column_slots(&names[table], row, &mut slots);
+                    spill::encode_item_slots(row, &slots, &mut spilled[table]);
                 }
             }
         }

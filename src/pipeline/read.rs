@@ -77,8 +77,9 @@ pub struct ReadResult {
     pub chunks: Vec<ChunkRef>,
     /// Per worker, its spill file.
     pub spills: Vec<PathBuf>,
-    /// Per worker and inferred table, the attribute names its spilled items' slots stand for
-    /// ([`spill::Key::Slot`]).
+    /// Per worker and table (inferred or declared), the attribute names its spilled items'
+    /// slots stand for ([`spill::Key::Slot`]). A declared table's are its column names, the
+    /// same in every worker.
     pub slot_names: HashMap<(usize, TableId), Vec<Box<str>>>,
     pub reject_counts: BTreeMap<RejectReason, u64>,
     pub warnings: Vec<String>,
@@ -141,6 +142,11 @@ struct Worker<'a> {
     entities: HashMap<Arc<str>, Inferred>,
     untyped: Inferred,
     mapped: Vec<ChunkBuf>,
+    /// Per declared table, its column names: a declared row's attributes are spilled by their
+    /// column's index, the same slots in every worker.
+    mapped_names: Vec<Vec<Box<str>>>,
+    /// The slots of the declared row being spilled, reused.
+    mapped_slots: Vec<u32>,
     rejects: ChunkBuf,
     reject_counts: BTreeMap<RejectReason, u64>,
     files: Vec<(usize, FileStats)>,
@@ -152,6 +158,11 @@ struct Worker<'a> {
     // The file being read.
     file: u32,
     file_rejects: u64,
+}
+
+/// Per declared table, its column names, which its rows' slots index.
+fn column_names(tables: &MappedTables) -> Vec<Vec<Box<str>>> {
+    tables.tables.iter().map(|t| t.columns.iter().map(|c| Box::from(c.name.as_str())).collect()).collect()
 }
 
 fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> UnwindError + 'p {
@@ -182,6 +193,8 @@ impl<'a> Worker<'a> {
             entities: HashMap::new(),
             untyped: Inferred::default(),
             mapped: (0..tables).map(|_| ChunkBuf::default()).collect(),
+            mapped_names: mapped.map_or_else(Vec::new, |(_, t)| column_names(t)),
+            mapped_slots: Vec::new(),
             rejects: ChunkBuf::default(),
             reject_counts: BTreeMap::new(),
             files: Vec::new(),
@@ -328,7 +341,9 @@ impl<'a> Worker<'a> {
         if !self.keep_rows {
             return Ok(());
         }
-        buf.logical += spill::encode_item(row, &mut buf.bytes);
+        let names = self.mapped_names.get(table as usize).map_or(&[][..], Vec::as_slice);
+        spill::column_slots(names, row, &mut self.mapped_slots);
+        buf.logical += spill::encode_item_slots(row, &self.mapped_slots, &mut buf.bytes);
         if buf.is_full() {
             let mut b = std::mem::take(buf);
             self.write_chunk(TableId::Mapped(table), &mut b)?;
@@ -457,6 +472,9 @@ pub fn read_all(
             shapes.entry(k).or_default().merge(&s.shape);
         }
         slot_names.insert((w.worker, TableId::Untyped), w.untyped.shape.names());
+        for (t, names) in w.mapped_names.into_iter().enumerate() {
+            slot_names.insert((w.worker, TableId::Mapped(t as u32)), names);
+        }
         untyped.merge(&w.untyped.shape);
         chunks.extend(w.chunks);
         spills.push(w.spill_path);

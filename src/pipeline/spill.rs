@@ -5,10 +5,11 @@
 //! to one run and never leaves the staging folder.
 //!
 //! An item is its attribute count, then each attribute's key and value. A key is a varint:
-//! `2 * slot + 1` names the attribute by its slot in the shape of its table in the worker that
-//! wrote it (inferred tables, see [`encode_item_slots`]); `2 * len` is followed by the name's
-//! `len` bytes (declared tables, and names a shape does not track). Slots spare pass one the
-//! copy of every name and pass two the search for every column.
+//! `2 * slot + 1` names the attribute by its slot (see [`encode_item_slots`]): in an inferred
+//! table, its slot in the table's shape in the worker that wrote it; in a declared table, its
+//! column's index. `2 * len` is followed by the name's `len` bytes (names a shape does not track,
+//! or a declared table lacks). Slots spare pass one the copy of every name and pass two the
+//! search for every column.
 //!
 //! # Logical size
 //! Chunks, part files and row groups are cut by the size items would take with every name
@@ -44,11 +45,30 @@ pub fn encode_item(item: &Item<'_>, out: &mut Vec<u8>) -> u64 {
     encode_with(item, |_| NAMED, out)
 }
 
-/// Writes `item` with each attribute named by its slot in the table's shape (`slots[i]` for
-/// the `i`th attribute, from [`crate::mapping::infer::EntityShape::observe_slots`]), or by its
-/// name when the shape does not track it; returns its [logical size](self#logical-size).
+/// Writes `item` with each attribute named by its slot (`slots[i]` for the `i`th attribute: in
+/// an inferred table, from [`crate::mapping::infer::EntityShape::observe_slots`]; in a declared
+/// one, from [`column_slots`]), or by its name when it has none; returns its
+/// [logical size](self#logical-size).
 pub fn encode_item_slots(item: &Item<'_>, slots: &[u32], out: &mut Vec<u8>) -> u64 {
     encode_with(item, |i| slots.get(i).copied().unwrap_or(NAMED), out)
+}
+
+/// Sets `slots`, for [`encode_item_slots`], to the index in `names` (a declared table's
+/// columns) of each of `row`'s attributes; a name `names` lacks is written out. A declared row
+/// lists its attributes in column order, so each is looked for after the last one found first.
+pub fn column_slots(names: &[Box<str>], row: &Item<'_>, slots: &mut Vec<u32>) {
+    slots.clear();
+    let mut next = 0;
+    for (name, _) in row {
+        let at = |from: usize| names.get(from..)?.iter().position(|n| **n == **name).map(|i| from + i);
+        match at(next).or_else(|| at(0)) {
+            Some(i) => {
+                slots.push(i as u32);
+                next = i + 1;
+            }
+            None => slots.push(NAMED),
+        }
+    }
 }
 
 /// The [logical size](self#logical-size) of one attribute named `name` whose value took
@@ -447,6 +467,28 @@ mod tests {
         assert_eq!(varint_len(127), 1);
         assert_eq!(varint_len(128), 2);
         assert_eq!(varint_len(0), 1);
+    }
+
+    #[test]
+    fn declared_rows_take_their_columns_index_as_slot() {
+        let names: Vec<Box<str>> = ["a", "b", "c", "_extra"].into_iter().map(Box::from).collect();
+        let row = |keys: &[&str]| -> Item<'static> {
+            keys.iter().map(|k| (Cow::Owned(k.to_string()), Value::Null)).collect()
+        };
+        let mut slots = Vec::new();
+        // In column order, with columns skipped (a row has no null columns).
+        column_slots(&names, &row(&["a", "c", "_extra"]), &mut slots);
+        assert_eq!(slots, [0, 2, 3]);
+        // Out of order still finds each column; a name with no column is written out.
+        column_slots(&names, &row(&["c", "a", "zz", "b"]), &mut slots);
+        assert_eq!(slots, [2, 0, NAMED, 1]);
+        // Read back through the names, the row is the row written.
+        let item = decode_export_line(r#"{"Item":{"c":{"N":"1"},"a":{"S":"x"},"zz":{"BOOL":true}}}"#);
+        column_slots(&names, &item, &mut slots);
+        let (mut named, mut slotted) = (Vec::new(), Vec::new());
+        assert_eq!(encode_item_slots(&item, &slots, &mut slotted), encode_item(&item, &mut named));
+        let names: Vec<&str> = names.iter().map(|n| &**n).collect();
+        assert_eq!(read_slotted(&mut Reader::new(&slotted), &names), item);
     }
 
     #[test]
