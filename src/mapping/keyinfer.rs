@@ -134,7 +134,7 @@ pub fn infer_template(
         for (detector, part) in detectors.iter_mut().zip(&parts) {
             let text = match part {
                 Part::Variable => match values.next() {
-                    Some(Some(KeyValue::Str(text))) => text.as_str(),
+                    Some(Some(KeyValue::Str(text))) => &**text,
                     _ => continue,
                 },
                 Part::Literal(text) => text,

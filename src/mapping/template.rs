@@ -69,6 +69,7 @@
 //! [`MatchError`] names the failing placeholder and its expected form when one value failed
 //! (the failure reached farthest into the key is reported), else the template text.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// The most placeholders one template may have.
@@ -164,13 +165,14 @@ pub enum TimeUnit {
     Microsecond,
 }
 
-/// The typed value a placeholder captured from a key.
+/// The typed value a placeholder captured from a key. Text borrows from the key it was
+/// captured from ([`KeyTemplate::captures`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyValue {
-    Str(String),
+pub enum KeyValue<'a> {
+    Str(Cow<'a, str>),
     Int(i64),
     /// Decimal text exactly as written in the key.
-    Decimal(String),
+    Decimal(Cow<'a, str>),
     /// Since the Unix epoch, UTC.
     Timestamp {
         unit: TimeUnit,
@@ -181,8 +183,22 @@ pub enum KeyValue {
     /// Text from a `lower` or `upper` placeholder: a case-folded copy of some value.
     Folded {
         case: Case,
-        text: String,
+        text: Cow<'a, str>,
     },
+}
+
+impl KeyValue<'_> {
+    /// The same value, owning its text.
+    pub fn into_owned(self) -> KeyValue<'static> {
+        match self {
+            KeyValue::Str(s) => KeyValue::Str(Cow::Owned(s.into_owned())),
+            KeyValue::Int(v) => KeyValue::Int(v),
+            KeyValue::Decimal(s) => KeyValue::Decimal(Cow::Owned(s.into_owned())),
+            KeyValue::Timestamp { unit, value } => KeyValue::Timestamp { unit, value },
+            KeyValue::Date(d) => KeyValue::Date(d),
+            KeyValue::Folded { case, text } => KeyValue::Folded { case, text: Cow::Owned(text.into_owned()) },
+        }
+    }
 }
 
 /// One piece of a compiled template.
@@ -307,7 +323,7 @@ impl PlaceholderType {
     }
 
     /// The typed value of a key part, as [`KeyTemplate::captures`] would capture it.
-    pub fn value_of(&self, text: &str) -> Option<KeyValue> {
+    pub fn value_of<'k>(&self, text: &'k str) -> Option<KeyValue<'k>> {
         self.check(text).ok().map(|s| s.into_value(self, text))
     }
 
@@ -355,7 +371,7 @@ impl PlaceholderType {
     }
 
     /// Writes one value in this type's canonical form.
-    fn write_value<W: fmt::Write>(&self, value: &KeyValue, w: &mut W) -> Result<(), RenderIssue> {
+    fn write_value<W: fmt::Write>(&self, value: &KeyValue<'_>, w: &mut W) -> Result<(), RenderIssue> {
         let bad = |what: String| Err(RenderIssue::Invalid(what));
         match (self, value) {
             (PlaceholderType::String, KeyValue::Str(s)) => {
@@ -455,12 +471,12 @@ enum Scalar {
 }
 
 impl Scalar {
-    fn into_value(self, ty: &PlaceholderType, text: &str) -> KeyValue {
+    fn into_value<'k>(self, ty: &PlaceholderType, text: &'k str) -> KeyValue<'k> {
         match self {
             Scalar::Text => match ty {
-                PlaceholderType::Decimal => KeyValue::Decimal(text.to_owned()),
-                PlaceholderType::Folded(case) => KeyValue::Folded { case: *case, text: text.to_owned() },
-                _ => KeyValue::Str(text.to_owned()),
+                PlaceholderType::Decimal => KeyValue::Decimal(Cow::Borrowed(text)),
+                PlaceholderType::Folded(case) => KeyValue::Folded { case: *case, text: Cow::Borrowed(text) },
+                _ => KeyValue::Str(Cow::Borrowed(text)),
             },
             Scalar::Int(v) => KeyValue::Int(v),
             Scalar::Ts(unit, value) => KeyValue::Timestamp { unit, value },
@@ -526,7 +542,7 @@ impl KeyTemplate {
     /// Parses a key into one value per placeholder, in placeholder order (`None` for an absent
     /// optional part). Guarantees `render(captures(key)) == key`; a key that would not round
     /// trip is a [`MatchError`].
-    pub fn captures(&self, key: &str) -> Result<Vec<Option<KeyValue>>, MatchError> {
+    pub fn captures<'k>(&self, key: &'k str) -> Result<Vec<Option<KeyValue<'k>>>, MatchError> {
         let mut search = Search { tpl: self, key, out: vec![None; self.placeholders.len()], failed: None, worst: None };
         if !search.segment(0, 0) {
             let worst = search.worst;
@@ -557,13 +573,13 @@ impl KeyTemplate {
     /// seconds or milliseconds for `epoch_ms`, in any unit for `iso8601`, and `Date` for `date`.
     /// The optional part is rendered when all its values are `Some` and left out when all are
     /// `None`; anything in between is an error, as is `None` for a required placeholder.
-    pub fn render(&self, values: &[Option<KeyValue>]) -> Result<String, MatchError> {
+    pub fn render(&self, values: &[Option<KeyValue<'_>>]) -> Result<String, MatchError> {
         let mut out = String::with_capacity(self.source.len() + 32);
         self.render_into(values, &mut out)?;
         Ok(out)
     }
 
-    fn render_into<W: fmt::Write>(&self, values: &[Option<KeyValue>], w: &mut W) -> Result<(), MatchError> {
+    fn render_into<W: fmt::Write>(&self, values: &[Option<KeyValue<'_>>], w: &mut W) -> Result<(), MatchError> {
         if values.len() != self.placeholders.len() {
             return Err(
                 self.render_error(None, format!("expected {} values, got {}", self.placeholders.len(), values.len()))
@@ -677,15 +693,15 @@ struct ValueFailure {
 /// One backtracking match of a key. Allocates the returned values, and on keys that need
 /// backtracking a bitset of (placeholder, position) pairs known to fail, which bounds the work
 /// to placeholders × positions × occurrences.
-struct Search<'a> {
-    tpl: &'a KeyTemplate,
-    key: &'a str,
-    out: Vec<Option<KeyValue>>,
+struct Search<'t, 'k> {
+    tpl: &'t KeyTemplate,
+    key: &'k str,
+    out: Vec<Option<KeyValue<'k>>>,
     failed: Option<Vec<u64>>,
     worst: Option<ValueFailure>,
 }
 
-impl Search<'_> {
+impl Search<'_, '_> {
     /// Whether `key[pos..]` matches `segments[seg..]`; fills `out` on success.
     fn segment(&mut self, seg: usize, pos: usize) -> bool {
         let tpl = self.tpl;
@@ -1376,7 +1392,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-fn describe_value(value: &KeyValue) -> String {
+fn describe_value(value: &KeyValue<'_>) -> String {
     match value {
         KeyValue::Str(s) => format!("text `{}`", shorten(s)),
         KeyValue::Int(v) => format!("the integer `{v}`"),
@@ -1420,20 +1436,20 @@ mod tests {
         }
     }
 
-    fn s(text: &str) -> Option<KeyValue> {
+    fn s(text: &str) -> Option<KeyValue<'_>> {
         Some(KeyValue::Str(text.into()))
     }
 
-    fn int(v: i64) -> Option<KeyValue> {
+    fn int(v: i64) -> Option<KeyValue<'static>> {
         Some(KeyValue::Int(v))
     }
 
-    fn ts(unit: TimeUnit, value: i64) -> Option<KeyValue> {
+    fn ts(unit: TimeUnit, value: i64) -> Option<KeyValue<'static>> {
         Some(KeyValue::Timestamp { unit, value })
     }
 
     /// Captures and checks the round trip.
-    fn caps(t: &KeyTemplate, key: &str) -> Vec<Option<KeyValue>> {
+    fn caps<'k>(t: &KeyTemplate, key: &'k str) -> Vec<Option<KeyValue<'k>>> {
         let values = t.captures(key).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(t.render(&values).as_deref(), Ok(key), "round trip of `{key}`");
         values
@@ -1446,9 +1462,9 @@ mod tests {
         }
     }
 
-    fn one(ty: &str, key: &str) -> Result<Option<KeyValue>, MatchError> {
+    fn one(ty: &str, key: &str) -> Result<Option<KeyValue<'static>>, MatchError> {
         let t = tpl(&format!("K#{{v:{ty}}}"));
-        t.captures(&format!("K#{key}")).map(|mut v| v.remove(0))
+        t.captures(&format!("K#{key}")).map(|mut v| v.remove(0).map(KeyValue::into_owned))
     }
 
     fn chrono_days(y: i32, m: u32, d: u32) -> i32 {
@@ -1544,7 +1560,7 @@ mod tests {
     #[test]
     fn folded_values_are_case_folded_copies() {
         let t = tpl("$shop#userid_{user_id:lower}");
-        let folded = |case, text: &str| Some(KeyValue::Folded { case, text: text.into() });
+        let folded = |case, text: &'static str| Some(KeyValue::Folded { case, text: text.into() });
         assert_eq!(caps(&t, "$shop#userid_jdoe42"), vec![folded(Case::Lower, "jdoe42")]);
         assert_eq!(caps(&t, "$shop#userid_élodie-ü1"), vec![folded(Case::Lower, "élodie-ü1")]);
         let e = miss(&t, "$shop#userid_JDoe42");
@@ -2055,17 +2071,19 @@ mod tests {
             prop_oneof![Just(PlaceholderType::String), Just(PlaceholderType::Int { width: None })].boxed()
         }
 
-        fn value(ty: &PlaceholderType, chars: &'static [char]) -> BoxedStrategy<KeyValue> {
+        fn value(ty: &PlaceholderType, chars: &'static [char]) -> BoxedStrategy<KeyValue<'static>> {
             let day0 = days_from_civil(0, 1, 1);
             let day_end = days_from_civil(9999, 12, 31);
             match ty {
-                PlaceholderType::String => text(chars, 1..=6).prop_map(KeyValue::Str).boxed(),
+                PlaceholderType::String => text(chars, 1..=6).prop_map(|t| KeyValue::Str(t.into())).boxed(),
                 PlaceholderType::Int { width: None } => any::<i64>().prop_map(KeyValue::Int).boxed(),
                 PlaceholderType::Int { width: Some(n) } => {
                     let max = if *n >= 19 { i64::MAX } else { 10i64.pow(*n as u32) - 1 };
                     prop_oneof![0..=max, Just(0), Just(max)].prop_map(KeyValue::Int).boxed()
                 }
-                PlaceholderType::Decimal => "-?[0-9]{1,5}(\\.[0-9]{1,3})?".prop_map(KeyValue::Decimal).boxed(),
+                PlaceholderType::Decimal => {
+                    "-?[0-9]{1,5}(\\.[0-9]{1,3})?".prop_map(|t| KeyValue::Decimal(t.into())).boxed()
+                }
                 PlaceholderType::EpochS => {
                     (0..=i64::MAX).prop_map(|value| KeyValue::Timestamp { unit: TimeUnit::Second, value }).boxed()
                 }
@@ -2091,10 +2109,10 @@ mod tests {
                     .boxed(),
                 PlaceholderType::Folded(case) => {
                     let case = *case;
-                    text(chars, 1..=6).prop_map(move |t| KeyValue::Folded { case, text: case.fold(&t) }).boxed()
+                    text(chars, 1..=6).prop_map(move |t| KeyValue::Folded { case, text: case.fold(&t).into() }).boxed()
                 }
                 PlaceholderType::Uuid => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-                    .prop_map(KeyValue::Str)
+                    .prop_map(|t| KeyValue::Str(t.into()))
                     .boxed(),
             }
         }
@@ -2181,7 +2199,7 @@ mod tests {
             literal_chars: &'static [char],
             value_chars: &'static [char],
             types: fn() -> BoxedStrategy<PlaceholderType>,
-        ) -> impl Strategy<Value = (Shape, Vec<KeyValue>, bool)> {
+        ) -> impl Strategy<Value = (Shape, Vec<KeyValue<'static>>, bool)> {
             shape(literal_chars, types).prop_flat_map(move |shape| {
                 let mut types = shape.types.clone();
                 if let Some((_, t)) = &shape.optional {

@@ -107,7 +107,10 @@ pub fn route<'i>(m: &Mapping, item: &'i Item<'_>) -> Route<'i> {
 }
 
 /// Applies `m` to `item`. `Err` means the item goes to the rejects table.
-pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) -> Result<Applied<'a>, Failure> {
+///
+/// The row borrows from the item and the mapping: text a key template captures goes into its
+/// column without a copy.
+pub fn apply<'a>(m: &'a EntityMapping, item: &'a Item<'a>, type_attribute: &str) -> Result<Applied<'a>, Failure> {
     // Room for every column and `_extra`: the row never reallocates.
     let mut out = Applied { row: Vec::with_capacity(m.columns.len() + 1), ..Applied::default() };
     let policy = m.on_error;
@@ -135,7 +138,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
     // Keys: every placeholder's value, from the first key attribute that has it.
     // `(placeholder, (value, key attribute))`, first capture of each name only: a handful of
     // entries, so a list searched in place costs less than a map built and dropped per item.
-    let mut captured: Vec<(&str, (KeyValue, &str))> =
+    let mut captured: Vec<(&str, (KeyValue<'a>, &str))> =
         Vec::with_capacity(m.keys.iter().map(|k| k.template.placeholders().len()).sum());
     for k in &m.keys {
         let Some(v) = get(&k.attribute) else { continue }; // sparse index keys may be absent
@@ -236,7 +239,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
                 // A case-folded key (`lower`/`upper`) holds a folded copy: the attribute keeps the
                 // real case, so it must fold to the key's text and gives the column its value.
                 let folded = match captured_value(&captured, placeholder) {
-                    Some((KeyValue::Folded { case, text }, _)) => Some((*case, text.as_str())),
+                    Some((KeyValue::Folded { case, text }, _)) => Some((*case, &**text)),
                     _ => None,
                 };
                 match (from_key, attr) {
@@ -342,7 +345,10 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &Item<'a>, type_attribute: &str) ->
 }
 
 /// The value captured for placeholder `name`, with the key attribute it came from.
-fn captured_value<'c, 'm>(captured: &'c [(&str, (KeyValue, &'m str))], name: &str) -> Option<&'c (KeyValue, &'m str)> {
+fn captured_value<'c, 'm, 'k>(
+    captured: &'c [(&str, (KeyValue<'k>, &'m str))],
+    name: &str,
+) -> Option<&'c (KeyValue<'k>, &'m str)> {
     captured.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
 }
 
@@ -510,9 +516,9 @@ fn value_text(v: &Value<'_>) -> String {
     }
 }
 
-fn key_value_text(v: &KeyValue) -> String {
+fn key_value_text(v: &KeyValue<'_>) -> String {
     match v {
-        KeyValue::Str(s) | KeyValue::Decimal(s) | KeyValue::Folded { text: s, .. } => s.clone(),
+        KeyValue::Str(s) | KeyValue::Decimal(s) | KeyValue::Folded { text: s, .. } => s.to_string(),
         KeyValue::Int(i) => i.to_string(),
         KeyValue::Timestamp { unit, value } => format!("{value} ({unit:?} since the epoch)").to_lowercase(),
         KeyValue::Date(d) => format!("day {d}"),
@@ -546,16 +552,14 @@ fn convert_epoch(value: i64, from: TimeUnit, to: TimeUnit) -> Option<i64> {
     v.checked_mul(stored).map(|_| v)
 }
 
-/// A key placeholder's value as a column value of type `ty`.
-fn key_value(kv: &KeyValue, ty: &DeclaredType) -> Result<Value<'static>, String> {
+/// A key placeholder's value as a column value of type `ty` (text still borrowed from the key).
+fn key_value<'a>(kv: &KeyValue<'a>, ty: &DeclaredType) -> Result<Value<'a>, String> {
     match (kv, ty) {
-        (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, DeclaredType::Utf8) => {
-            Ok(Value::S(Cow::Owned(s.clone())))
-        }
-        (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, other) => coerce(&Value::S(Cow::Owned(s.clone())), other),
+        (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, DeclaredType::Utf8) => Ok(Value::S(s.clone())),
+        (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, other) => coerce(&Value::S(s.clone()), other),
         (KeyValue::Int(i), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(i.to_string()))),
         (KeyValue::Int(i), other) => coerce(&number(i.to_string()), other),
-        (KeyValue::Decimal(d), DeclaredType::Utf8) => Ok(Value::S(Cow::Owned(d.clone()))),
+        (KeyValue::Decimal(d), DeclaredType::Utf8) => Ok(Value::S(d.clone())),
         (KeyValue::Decimal(d), other) => match Number::parse(d) {
             Ok(n) => coerce(&Value::N(n.into_owned()), other),
             Err(_) => Err(ty_expected(other)),

@@ -134,7 +134,7 @@ pub enum Normalized<'r, 'a> {
     },
     /// A mapped entity's rows: its table's row first, then child rows, each with its table.
     Mapped {
-        rows: Vec<(u32, Item<'a>)>,
+        rows: Vec<(u32, Item<'r>)>,
     },
     Rejected(Reject),
 }
