@@ -347,6 +347,24 @@ mod tests {
         }
 
         #[test]
+        fn scaled_is_the_digits_padded_to_the_scale(
+            s in "-?[0-9]{1,24}(\\.[0-9]{1,24})?|-?[0-9]{30,40}",
+            // Every scale a `decimal(38, s)` column can have.
+            scale in 0u32..=38,
+        ) {
+            let Ok(n) = Number::parse(&s) else { return Ok(()) };
+            let t = n.as_str().trim_start_matches('-');
+            let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+            // The reference: the digits with `scale - frac` zeros, parsed by `i128`'s own parser.
+            let want = (frac.len() <= scale as usize)
+                .then(|| format!("{int}{frac}{}", "0".repeat(scale as usize - frac.len())))
+                .and_then(|d| d.parse::<i128>().ok())
+                .filter(|v| *v < 10i128.pow(38))
+                .map(|v| if n.is_negative() { -v } else { v });
+            prop_assert_eq!(n.to_i128_scaled(scale), want, "{} at scale {}", s, scale);
+        }
+
+        #[test]
         fn fits_i64_is_what_i64_parses(n in any::<i128>(), shift in 0u32..64) {
             let text = (n >> shift).to_string();
             if let Ok(num) = Number::parse(&text) {
