@@ -117,8 +117,7 @@ fn pass_one_mapped(b: Bencher) {
     b.counter(items()).bench(|| {
         let mut normalizer = Normalizer::new(&m.type_attribute, Some((m, t)));
         let mut spilled: Vec<Vec<u8>> = vec![Vec::new(); t.tables.len()];
-        let names: Vec<Vec<Box<str>>> =
-            t.tables.iter().map(|s| s.columns.iter().map(|c| Box::from(c.name.as_str())).collect()).collect();
+        let names = t.column_names();
         let mut slots = Vec::new();
         for line in LINES.iter() {
             let record = decode_line(line);

@@ -160,11 +160,6 @@ struct Worker<'a> {
     file_rejects: u64,
 }
 
-/// Per declared table, its column names, which its rows' slots index.
-fn column_names(tables: &MappedTables) -> Vec<Vec<Box<str>>> {
-    tables.tables.iter().map(|t| t.columns.iter().map(|c| Box::from(c.name.as_str())).collect()).collect()
-}
-
 fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> UnwindError + 'p {
     move |source| UnwindError::Io { action, path: path.display().to_string(), source }
 }
@@ -193,7 +188,7 @@ impl<'a> Worker<'a> {
             entities: HashMap::new(),
             untyped: Inferred::default(),
             mapped: (0..tables).map(|_| ChunkBuf::default()).collect(),
-            mapped_names: mapped.map_or_else(Vec::new, |(_, t)| column_names(t)),
+            mapped_names: mapped.map_or_else(Vec::new, |(_, t)| t.column_names()),
             mapped_slots: Vec::new(),
             rejects: ChunkBuf::default(),
             reject_counts: BTreeMap::new(),
