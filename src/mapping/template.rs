@@ -187,20 +187,6 @@ pub enum KeyValue<'a> {
     },
 }
 
-impl KeyValue<'_> {
-    /// The same value, owning its text.
-    pub fn into_owned(self) -> KeyValue<'static> {
-        match self {
-            KeyValue::Str(s) => KeyValue::Str(Cow::Owned(s.into_owned())),
-            KeyValue::Int(v) => KeyValue::Int(v),
-            KeyValue::Decimal(s) => KeyValue::Decimal(Cow::Owned(s.into_owned())),
-            KeyValue::Timestamp { unit, value } => KeyValue::Timestamp { unit, value },
-            KeyValue::Date(d) => KeyValue::Date(d),
-            KeyValue::Folded { case, text } => KeyValue::Folded { case, text: Cow::Owned(text.into_owned()) },
-        }
-    }
-}
-
 /// One piece of a compiled template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -1462,9 +1448,21 @@ mod tests {
         }
     }
 
+    /// `v`, owning its text.
+    fn owned(v: KeyValue<'_>) -> KeyValue<'static> {
+        match v {
+            KeyValue::Str(s) => KeyValue::Str(Cow::Owned(s.into_owned())),
+            KeyValue::Int(v) => KeyValue::Int(v),
+            KeyValue::Decimal(s) => KeyValue::Decimal(Cow::Owned(s.into_owned())),
+            KeyValue::Timestamp { unit, value } => KeyValue::Timestamp { unit, value },
+            KeyValue::Date(d) => KeyValue::Date(d),
+            KeyValue::Folded { case, text } => KeyValue::Folded { case, text: Cow::Owned(text.into_owned()) },
+        }
+    }
+
     fn one(ty: &str, key: &str) -> Result<Option<KeyValue<'static>>, MatchError> {
         let t = tpl(&format!("K#{{v:{ty}}}"));
-        t.captures(&format!("K#{key}")).map(|mut v| v.remove(0).map(KeyValue::into_owned))
+        t.captures(&format!("K#{key}")).map(|mut v| v.remove(0).map(owned))
     }
 
     fn chrono_days(y: i32, m: u32, d: u32) -> i32 {
