@@ -444,6 +444,23 @@ fn named_parameters() {
     assert_eq!(r.stdout, format!("n\n{want}\n"));
 }
 
+/// A join builds its hash table on the smaller of its inputs. In `sql/revenue_by_category.sql`
+/// the orders are joined to `order_item ⋈ product`, the order lines with their products, which
+/// has a row per line; estimated from each operator's own statistics (no distinct counts in
+/// Parquet), that join looked as small as the products, and the order lines were built.
+#[test]
+fn a_join_builds_on_the_orders_not_on_the_order_lines() {
+    let query = std::fs::read_to_string(root().join("sql/revenue_by_category.sql")).unwrap();
+    let r = sql(&[&format!("EXPLAIN {query}"), "--format", "csv"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let plan = &r.stdout[r.stdout.find("physical_plan").expect("a physical plan")..];
+    let join = plan.find("HashJoinExec").expect("a hash join");
+    // A hash join's first input is its build side, printed first.
+    let scan = |table: &str| plan[join..].find(&format!("/{table}/part-")).unwrap_or_else(|| panic!("{plan}"));
+    assert!(scan("order") < scan("order_item"), "the orders are built, the order lines probe:\n{plan}");
+    assert!(scan("order") < scan("product"), "{plan}");
+}
+
 #[test]
 fn limits_stop_runaway_queries() {
     let cross = r#"SELECT count(*) FROM order_item a, order_item b, order_item c WHERE a.quantity + b.quantity + c.quantity > 100"#;
