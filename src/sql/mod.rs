@@ -631,19 +631,19 @@ async fn register_delta(
 
 /// How many partitions a query's operators split their work into, on `cores` cores: at least
 /// [`MIN_TARGET_PARTITIONS`]. DataFusion's default (one per core) gives a 2-core machine two
-/// partitions, so the hash tables of a large join each hold half the data. Split 8 ways on 2
-/// cores, `sql/revenue_by_category.sql` (a three-table join, then a `count(DISTINCT)` per
-/// category) took 0.81 of the time over 4M items and the nine queries of `sql/` over 2M items
-/// 0.89 in total; a group-by over the largest table took 1.21-1.26 (8 partial hash tables of
-/// its 60K groups instead of 2). 4 partitions gave 0.87 and 1.15. 16 against 8, paired on 4M
-/// items: the join 0.93, the nine queries of `sql/` 0.98 in total, the group-by 1.03 (noise),
-/// a query over the 3K-item sample 2 ms more (bench/README.md, "SQL").
+/// partitions. While joins were estimated without the statistics registry (see
+/// [`Session::open`]), more partitions kept paying on 2 cores: 8 then 16 (the join of
+/// `sql/revenue_by_category.sql` 0.81, then 0.93 of that), at the cost of a group-by over the
+/// largest table (16 partial hash tables of its 60K groups). With the join planned right, 4 is
+/// best there, paired on 4M items against 16: the join 0.93, the group-by 0.88, the nine queries
+/// of `sql/` 0.97 in total; 2 gave the join 1.07 and 8 gave 0.98 (bench/README.md, "SQL").
+/// Measured on 2 cores only: from 4 cores up, DataFusion's one per core.
 fn target_partitions(cores: usize) -> usize {
     cores.max(MIN_TARGET_PARTITIONS)
 }
 
 /// The fewest partitions [`target_partitions`] gives.
-const MIN_TARGET_PARTITIONS: usize = 16;
+const MIN_TARGET_PARTITIONS: usize = 4;
 
 /// A Delta table's columns (`delta`, the version's schema, in its order) as etl wrote them: each
 /// with the Arrow type and field metadata (its DynamoDB origin) of a file that has it, and the
@@ -725,10 +725,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queries_split_at_least_sixteen_ways_and_once_per_core_beyond() {
-        assert_eq!(target_partitions(1), 16);
-        assert_eq!(target_partitions(2), 16);
-        assert_eq!(target_partitions(16), 16);
+    fn queries_split_at_least_four_ways_and_once_per_core_beyond() {
+        assert_eq!(target_partitions(1), 4);
+        assert_eq!(target_partitions(2), 4);
+        assert_eq!(target_partitions(4), 4);
         assert_eq!(target_partitions(48), 48);
     }
 
