@@ -397,9 +397,10 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
         return Err(ShardError::NotFiles { source_name: l.to_string() }.into());
     }
     let area = ShardArea::open(&settings.target, &settings.aws)?;
-    let folder = area.attempt(run.shard, writer_properties(settings.row_groups.rows))?;
-    let scratch = folder.scratch().to_owned();
-    let mut plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(super::SCAN_SPOOL))?;
+    // Nothing is created in the output until the run is known to be possible: the sources
+    // resolved, the chain checked and, for the write phase, every shard's shapes there. (No
+    // source of a shard spools: standard input and live tables are refused above.)
+    let mut plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &std::env::temp_dir())?;
     if settings.strict
         && let Some(first) = source::integrity::manifest_mismatches(&plan).into_iter().next()
     {
@@ -407,10 +408,17 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     }
     let chain = chain_of(&plan, settings)?;
     let key = RunKey::of(&plan, settings, run.shard.count, chain.is_some());
+    let fingerprint = key.fingerprint();
+    // The write phase needs every shard's shapes: refused before a file is read.
+    let agreed = match run.phase {
+        ShardPhase::Write => Some(agreed_shapes(&area, run.shard, &fingerprint)?),
+        ShardPhase::Infer => None,
+    };
+    let folder = area.attempt(run.shard, writer_properties(settings.row_groups.rows))?;
+    let scratch = folder.scratch().to_owned();
     // A chain: every shard reduces the incremental exports alike, and the last shard's files
     // end with the current images, as one run reads them last.
     let applier = reduce_chain(chain, &mut plan, settings, &scratch)?;
-    let fingerprint = key.fingerprint();
     let files = run.shard.files(&plan);
     let bytes: u64 = plan.files[files.clone()].iter().map(|f| f.size).sum();
     progress.total_bytes.store(bytes, std::sync::atomic::Ordering::Relaxed);
@@ -456,7 +464,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
 
     // The write phase: this shard's shapes must be the ones its first phase recorded, and every
     // shard's must be there.
-    let (all, mine) = agreed_shapes(&area, run.shard, &fingerprint)?;
+    let (all, mine) = agreed.ok_or_else(|| UnwindError::Internal { message: "a write phase without shapes".into() })?;
     if mine.shapes != shapes || mine.untyped != read.untyped || mine.files != files {
         return Err(ShardError::InputChanged { shard: run.shard, path: infer_path }.into());
     }

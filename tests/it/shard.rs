@@ -177,8 +177,15 @@ fn what_is_not_one_complete_run_is_refused_and_nothing_is_published() {
     unwind(&[&export], &single, &[], 0);
     assert_same_output(&out, &single);
     // `--shard` of an index beyond the count is a usage error.
-    let r = etl(["unwind", export.to_str().unwrap(), "--out", "o", "--shard", "2/2"]);
+    let never = tmp.path().join("never");
+    let r = etl(["unwind", export.to_str().unwrap(), "--out", never.to_str().unwrap(), "--shard", "2/2"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
+    // A write phase before the infer phases is refused before a file is read, and leaves
+    // nothing behind.
+    let r = etl(["unwind", export.to_str().unwrap(), "--out", never.to_str().unwrap(), "--shard", "0/2"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--phase infer") && r.stderr.contains("hint:"), "{}", r.stderr);
+    assert!(!never.exists(), "a refused shard created `{}`", never.display());
 }
 
 #[test]
@@ -396,9 +403,11 @@ fn a_chain_shards_and_its_commit_equals_one_run_of_the_chain() {
     assert_eq!((&ra["chain"], &ra["reconciliation"]), (&rb["chain"], &rb["reconciliation"]));
     assert_eq!(ra["state"]["applied"], rb["state"]["applied"]);
     // Incremental exports alone are applied onto an output by one process.
-    let r = etl(["unwind", incs[0].to_str().unwrap(), "--out", "o", "--shard", "0/2"]);
+    let never = tmp.path().join("never");
+    let r = etl(["unwind", incs[0].to_str().unwrap(), "--out", never.to_str().unwrap(), "--shard", "0/2"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("incremental exports alone") && r.stderr.contains("hint:"), "{}", r.stderr);
+    assert!(!never.exists(), "a refused shard created `{}`", never.display());
 }
 
 /// The real AWS chain (one full export, two incremental ones, fewer data files than shards)
