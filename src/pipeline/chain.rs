@@ -83,7 +83,9 @@ pub struct Applier {
     pub chain: Chain,
     /// Key attribute names, sorted, from the change records' `Keys`.
     pub key_names: Vec<String>,
-    index: HashMap<Box<[u8]>, u32>,
+    /// Every key changed, by [`key_bytes`]. Pass one looks up every full-export item here, so it
+    /// hashes with foldhash (already built for DataFusion) rather than SipHash.
+    index: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
     finals: Vec<Final>,
     roles: Vec<Role>,
     type_attribute: String,
@@ -138,13 +140,20 @@ impl ChainRead {
 /// of a key type.
 pub fn key_bytes(names: &[String], item: &Item<'_>) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(32);
+    key_bytes_into(names, item, &mut out).then_some(out)
+}
+
+/// [`key_bytes`] into `out` (cleared first), for callers that reuse one buffer; `false` where
+/// `key_bytes` gives `None`.
+fn key_bytes_into(names: &[String], item: &Item<'_>, out: &mut Vec<u8>) -> bool {
+    out.clear();
     for name in names {
-        let (_, v) = item.iter().find(|(k, _)| k == name.as_str())?;
+        let Some((_, v)) = item.iter().find(|(k, _)| k == name.as_str()) else { return false };
         let bytes: &[u8] = match v {
             Value::S(s) => s.as_bytes(),
             Value::N(n) => n.as_str().as_bytes(),
             Value::B(b) => b,
-            _ => return None,
+            _ => return false,
         };
         out.extend_from_slice(&(name.len() as u32).to_le_bytes());
         out.extend_from_slice(name.as_bytes());
@@ -152,7 +161,7 @@ pub fn key_bytes(names: &[String], item: &Item<'_>) -> Option<Vec<u8>> {
         out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
         out.extend_from_slice(bytes);
     }
-    Some(out)
+    true
 }
 
 /// The table an item goes to, decided as the normalizer routes it.
@@ -271,7 +280,7 @@ impl Applier {
             new_exports,
             previous_export: onto.and_then(|o| o.previous_export.clone()),
             key_names: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             finals: Vec::new(),
             roles: vec![Role::Plain; plan.files.len()],
             type_attribute: type_attribute.to_owned(),
@@ -491,8 +500,13 @@ impl Applier {
         if self.index.is_empty() {
             return None;
         }
-        let key = key_bytes(&self.key_names, item)?;
-        self.index.get(key.as_slice()).copied()
+        thread_local! {
+            // One buffer per read worker: the key of every full-export item, built and dropped.
+            static KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        KEY.with_borrow_mut(|key| {
+            if key_bytes_into(&self.key_names, item, key) { self.index.get(key.as_slice()).copied() } else { None }
+        })
     }
 
     /// The table a full-export item is routed to.
