@@ -329,8 +329,9 @@ pub fn main() -> ExitCode {
 /// of spilled rows, Arrow builders, Parquet pages), so each one was faulted in and zeroed by the
 /// kernel again: 36K page faults and 4.8% of the CPU of a 1M-item unwind. Blocks up to 32 MiB now
 /// come from the heap, which keeps up to 128 MiB of free memory at its top: 19K faults, and the
-/// unwind 3-4% faster (paired runs, `bench/README.md`). Peak RSS is within a few MiB, since the
-/// freed blocks are what the next chunk reuses. Only `etl unwind` does this: `etl sql`'s
+/// unwind 3-4% faster (paired runs, `bench/README.md`). Peak RSS grows a little, since freed
+/// blocks are kept for the next chunk to reuse: 7 MiB on a 1M-item unwind, 16 MiB on an apply,
+/// 57 MiB on an apply's Delta MERGE. Only `etl unwind` does this: `etl sql`'s
 /// three-table join was 11% slower and 70 MiB larger with it (DataFusion grows large buffers,
 /// which `mremap` moves without a copy when they are mapped on their own). A user's
 /// `GLIBC_TUNABLES` for malloc wins.
