@@ -15,7 +15,7 @@ case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
 # One DuckDB for tests and bench: the bench shares the test venv, so it takes the pin from
 # scripts/requirements-test.txt rather than installing a different version into it.
 DUCKDB_VERSION="$(sed -n 's/^duckdb==\([^[:space:]]*\).*/\1/p' "$ROOT/scripts/requirements-test.txt" 2>/dev/null | head -n 1)"
-DUCKDB_VERSION="${DUCKDB_VERSION:-1.5.6}"
+DUCKDB_VERSION="${DUCKDB_VERSION:-2.0.1}"
 FILES="${BENCH_FILES:-8}"
 SEED="${BENCH_SEED:-1}"
 RUNS="${BENCH_RUNS:-5}"
