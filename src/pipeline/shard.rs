@@ -448,7 +448,8 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     };
 
     let infer_path = area.infer_shown(run.shard);
-    if run.phase == ShardPhase::Infer {
+    // The write phase read every shard's shapes above; the infer phase records this shard's.
+    let Some((all, mine)) = agreed else {
         let file = InferFile {
             format: SHARD_FORMAT,
             shard: run.shard,
@@ -460,11 +461,9 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
         area.write_infer(run.shard, &to_json(&file, &infer_path)?)?;
         progress.set_phase(super::Phase::Done);
         return Ok(summary(infer_path, 0));
-    }
+    };
 
-    // The write phase: this shard's shapes must be the ones its first phase recorded, and every
-    // shard's must be there.
-    let (all, mine) = agreed.ok_or_else(|| UnwindError::Internal { message: "a write phase without shapes".into() })?;
+    // The write phase: this shard's shapes must be the ones its first phase recorded.
     if mine.shapes != shapes || mine.untyped != read.untyped || mine.files != files {
         return Err(ShardError::InputChanged { shard: run.shard, path: infer_path }.into());
     }
