@@ -23,6 +23,7 @@
 //! reads a data file's content, and never writes outside the sink's staged output.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use object_store::ObjectStoreExt as _;
@@ -309,6 +310,7 @@ pub fn keep_base(
     target: &Target,
     aws: &AwsOptions,
     incrementals: bool,
+    threads: usize,
 ) -> Result<Keeping, UnwindError> {
     let readable = plan.files.iter().all(|f| matches!(f.input, Input::Path(_) | Input::Object(_)));
     let out_url = match target {
@@ -347,7 +349,7 @@ pub fn keep_base(
         let k = match ObjectUrl::parse(&plan.exports[e].export_dir) {
             Some(Ok(url)) => keep_object_export(plan, e, &url, sink, aws)?,
             Some(Err(_)) => None,
-            None => keep_local_export(plan, e, sink, previous.as_deref())?,
+            None => keep_local_export(plan, e, sink, previous.as_deref(), threads)?,
         };
         let Some(k) = k else { return Ok(Keeping::default()) };
         kept.files += k.files;
@@ -378,33 +380,40 @@ fn base_clash(plan: &Plan, url: &ObjectUrl, aws: &AwsOptions) -> Result<Option<S
     Ok(None)
 }
 
-/// Keeps export `e` of `plan`, a local folder; `None` when the sink keeps no such file.
+/// A file kept: where to read it now, and its size.
+type KeptFile = (Input, u64);
+
+/// Keeps export `e` of `plan`, a local folder; `None` when the sink keeps no such file. The data
+/// files are copied by up to `threads` threads at once: a copy is the kernel's memory copy, so it
+/// takes half the time on two cores, and nothing else runs yet. A failure is the first in the
+/// export's file order, whichever thread met it first.
 fn keep_local_export(
     plan: &mut Plan,
     e: usize,
     sink: &dyn Sink,
     previous: Option<&Path>,
+    threads: usize,
 ) -> Result<Option<Kept>, UnwindError> {
     let mut kept = Kept::default();
     let dir = Path::new(&plan.exports[e].export_dir).to_owned();
     let Some(root) = dir.parent().and_then(Path::parent).map(Path::to_owned) else { return Ok(None) };
     let Ok(dir_rel) = dir.strip_prefix(&root) else { return Ok(None) };
     let link = previous.is_some_and(|p| dir.starts_with(p));
-    let mut keep = |rel: &Path, from: &Path| -> Result<Option<Input>, SinkError> {
+    let keep = |rel: &Path, from: &Path| -> Result<Option<KeptFile>, SinkError> {
         let rel = rel.to_string_lossy().replace('\\', "/");
         let to = sink.keep_input(&format!("{BASE_DIR}/{rel}"), &Input::Path(from.to_owned()), None, link)?;
-        if to.is_some() {
-            kept.files += 1;
-            kept.bytes += std::fs::metadata(from).map(|m| m.len()).unwrap_or(0);
-        }
-        Ok(to)
+        Ok(to.map(|to| (to, std::fs::metadata(from).map(|m| m.len()).unwrap_or(0))))
     };
     for name in EXPORT_FILES {
         let from = dir.join(name);
-        if from.is_file() && keep(&dir_rel.join(name), &from)?.is_none() {
-            return Ok(None);
+        if !from.is_file() {
+            continue;
         }
+        let Some((_, bytes)) = keep(&dir_rel.join(name), &from)? else { return Ok(None) };
+        kept.files += 1;
+        kept.bytes += bytes;
     }
+    let mut files = Vec::with_capacity(plan.exports[e].files.len());
     for i in plan.exports[e].files.clone() {
         let f = &plan.files[i];
         let (Input::Path(from), Ok(rel)) = (&f.input, Path::new(&f.display).strip_prefix(&root)) else {
@@ -412,14 +421,35 @@ fn keep_local_export(
                 message: format!("data file `{}` is not under its export's root `{}`", f.display, root.display()),
             });
         };
-        let to = match keep(rel, from) {
+        files.push((i, rel.to_owned(), from.clone()));
+    }
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<(usize, Result<Option<KeptFile>, SinkError>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.clamp(1, files.len().max(1)))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    while let Some((i, rel, from)) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        done.push((*i, keep(rel, from)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    for (i, result) in results {
+        let (to, bytes) = match result {
             Ok(Some(to)) => to,
             Ok(None) => return Ok(None),
             Err(SinkError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Err(SourceError::VanishedDataFile { path: f.display.clone() }.into());
+                return Err(SourceError::VanishedDataFile { path: plan.files[i].display.clone() }.into());
             }
             Err(e) => return Err(e.into()),
         };
+        kept.files += 1;
+        kept.bytes += bytes;
         plan.files[i].input = to;
     }
     Ok(Some(kept))

@@ -255,7 +255,8 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     };
     // Kept before anything is read, so that what is read is what is kept.
     // A chain keeps its full export; its incremental exports are kept compacted after pass one.
-    let keeping = apply::keep_base(&mut plan, sink.as_ref(), &settings.target, &settings.aws, chain.is_none())?;
+    let keeping =
+        apply::keep_base(&mut plan, sink.as_ref(), &settings.target, &settings.aws, chain.is_none(), settings.threads)?;
     let kept = keeping.kept;
     if let Some(k) = kept {
         info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");

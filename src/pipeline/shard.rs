@@ -667,7 +667,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             other => other?,
         }
     }
-    let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws, chain.is_none())?;
+    let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws, chain.is_none(), settings.threads)?;
     let scratch = sink.scratch().to_owned();
     let applier = reduce_chain(chain, &mut plan, &settings, &scratch)?;
     if plan.files.len() != plan_files {

@@ -124,6 +124,7 @@ pub(in crate::sink) fn keep_in(
         let at = if fs::symlink_metadata(from).is_err() { from } else { to.as_path() };
         return Err(io("copy", at)(e));
     }
+    super::start_writeback(&to);
     Ok(Some(to))
 }
 

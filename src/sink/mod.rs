@@ -263,3 +263,25 @@ pub fn open(target: &Target, settings: &SinkSettings) -> Result<Box<dyn Sink>, S
 pub(crate) fn scratch_dir(staged: &Path) -> PathBuf {
     staged.join("_etl").join("tmp")
 }
+
+/// Starts writing the complete file at `path` to disk, without waiting for it.
+///
+/// A local commit syncs every staged file before it publishes ([`local`]), and that sync waits
+/// for whatever the page cache still holds: on the 2M-item bench export, 130 MB of Parquet parts
+/// and kept exports took 70 ms after everything else was done, on one thread. Started as each
+/// file is finished, the writing overlaps the run's work and the sync finds little left. Only a
+/// hint: errors are ignored, and the sync at the commit is what makes the files durable. A
+/// staged file that is uploaded instead (an object-store output) is written to disk once more
+/// than it would have been, which costs the disk's time, not the run's.
+pub(crate) fn start_writeback(path: &Path) {
+    #[cfg(target_os = "linux")]
+    if let Ok(f) = std::fs::File::open(path) {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: `f` is an open descriptor for the whole call; the call reads no memory of ours.
+        unsafe {
+            libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
+}

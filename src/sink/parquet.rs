@@ -173,6 +173,7 @@ impl PartWriter {
         self.end_row_group()?;
         let (table, path) = (self.table, self.path.display().to_string());
         self.writer.close().map_err(|source| SinkError::Part { table, path, source })?;
+        super::start_writeback(&self.path);
         let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
         Ok(FileReport { path: self.rel, rows: self.rows, row_groups: self.row_groups, bytes })
     }
