@@ -11,7 +11,9 @@
 //! | `.DIR.etl-old-TAG` | (fallback) the previous output, parked while the new one moves in |
 //! | `.DIR.etl-commit` | (fallback) the journal naming the two folders above: once it is on disk the publish is decided |
 //!
-//! Commit: every staged file and folder is synced, then `renameat2(RENAME_EXCHANGE)` swaps the
+//! Each Parquet part and each kept file starts its writeback when it is finished
+//! ([`super::start_writeback`]), so the disk works while the run does. Commit: every staged file
+//! and folder is synced, then `renameat2(RENAME_EXCHANGE)` swaps the
 //! staging folder with DIR (a plain rename when there is no DIR yet) and the previous output is
 //! removed. Readers see the previous complete output or the new one, never a mix.
 //!
