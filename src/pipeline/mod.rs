@@ -253,11 +253,19 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         }
         None => None,
     };
-    // Kept before anything is read, so that what is read is what is kept.
+    // Kept before anything is read (a local export's data files into a local output: by pass
+    // one, each copied just before it is read), so that what is read is what is kept.
     // A chain keeps its full export; its incremental exports are kept compacted after pass one.
-    let keeping =
-        apply::keep_base(&mut plan, sink.as_ref(), &settings.target, &settings.aws, chain.is_none(), settings.threads)?;
-    let kept = keeping.kept;
+    let keeping = apply::keep_base(
+        &mut plan,
+        sink.as_ref(),
+        &settings.target,
+        &settings.aws,
+        chain.is_none(),
+        settings.threads,
+        true,
+    )?;
+    let mut kept = keeping.kept;
     if let Some(k) = kept {
         info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
     }
@@ -280,7 +288,12 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let t_read = Instant::now();
     let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
-    let read = read::read_all(&plan, read::Scope::all(&plan), settings, mapped, chain.as_ref(), &scratch, progress)?;
+    let keep = Some((keeping.when_read.as_ref(), sink.as_ref()));
+    let read =
+        read::read_all(&plan, read::Scope::all(&plan), settings, mapped, chain.as_ref(), &scratch, keep, progress)?;
+    if let Some(k) = &mut kept {
+        k.millis += keeping.when_read.millis();
+    }
     let t_read = t_read.elapsed();
     let compacted = match (&chain, kept) {
         (Some(c), Some(_)) => apply::keep_compacted(c, &plan, &read.chain, sink.as_ref(), settings, &scratch)?,

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::{info, info_span};
 
+use super::apply::WhenRead;
 use super::chain::{Applier, ChainRead, Role};
 use super::pool::{self, Stop};
 use super::progress::Progress;
@@ -24,6 +25,7 @@ use crate::decode::{Item, Record};
 use crate::mapping::Mapping;
 use crate::mapping::infer::EntityShape;
 use crate::normalize::{EntityStats, MappedTables, Normalized, Normalizer, Reject, RejectReason, RejectRow, TableId};
+use crate::sink::Sink;
 use crate::source::frame::{FileDigest, Frame, Framer};
 use crate::source::{DataFile, Plan};
 
@@ -425,7 +427,9 @@ fn strict_file_check(f: &DataFile, d: &FileDigest) -> Result<(), UnwindError> {
 
 /// Runs pass one over the files `scope` names (every file, but for a shard); the other files'
 /// stats stay empty, and their global indexes keep rows, shapes and rejects where one run over
-/// every file would put them.
+/// every file would put them. A file `keep` lists is first copied into the output through its
+/// sink, by the worker about to read it, and the copy is read.
+#[allow(clippy::too_many_arguments, reason = "each is one stage's input; a struct of them would only be built here")]
 pub fn read_all(
     plan: &Plan,
     scope: Scope,
@@ -433,6 +437,7 @@ pub fn read_all(
     mapped: Option<(&Mapping, &MappedTables)>,
     chain: Option<&Applier>,
     scratch: &Path,
+    keep: Option<(&WhenRead, &dyn Sink)>,
     progress: &Progress,
 ) -> Result<ReadResult, UnwindError> {
     let workers = pool::run(
@@ -441,7 +446,11 @@ pub fn read_all(
         |w| Worker::new(w, settings, mapped, chain, scratch, scope.spill),
         |worker, k, stop| {
             let i = scope.files.start + k;
-            worker.read_file(i, &plan.files[i], progress, stop)
+            // A file `keep_base` left to pass one is copied into the output first and read there.
+            match keep.map(|(w, sink)| w.copy(sink, i, &plan.files[i])).transpose()?.flatten() {
+                Some(kept) => worker.read_file(i, &kept, progress, stop),
+                None => worker.read_file(i, &plan.files[i], progress, stop),
+            }
         },
     )?;
     let mut files = vec![FileStats::default(); plan.files.len()];

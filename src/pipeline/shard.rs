@@ -430,7 +430,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
     // The infer phase keeps no rows: it only counts and observes shapes.
     let scope = read::Scope { files: files.clone(), spill: run.phase == ShardPhase::Write };
-    let mut read = read::read_all(&plan, scope, settings, mapped, applier.as_ref(), &scratch, progress)?;
+    let mut read = read::read_all(&plan, scope, settings, mapped, applier.as_ref(), &scratch, None, progress)?;
     let t_read = t_read.elapsed();
     let items: u64 = read.files.iter().map(|f| f.digest.units).sum();
     let rejects: u64 = read.reject_counts.values().sum();
@@ -667,7 +667,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
             other => other?,
         }
     }
-    let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws, chain.is_none(), settings.threads)?;
+    let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws, chain.is_none(), settings.threads, false)?;
     let scratch = sink.scratch().to_owned();
     let applier = reduce_chain(chain, &mut plan, &settings, &scratch)?;
     if plan.files.len() != plan_files {
