@@ -437,10 +437,10 @@ fn base_clash(plan: &Plan, url: &ObjectUrl, aws: &AwsOptions) -> Result<Option<S
 type KeptFile = (Input, u64);
 
 /// Keeps export `e` of `plan`, a local folder; `None` when the sink keeps no such file. With
-/// `when_read`, data files that are not linked are left there for pass one to copy. Otherwise the
-/// data files are copied by up to `threads` threads at once: a copy is the kernel's memory copy, so it
-/// takes half the time on two cores, and nothing else runs yet. A failure is the first in the
-/// export's file order, whichever thread met it first.
+/// `when_read`, data files that are not linked are left there for pass one to copy. Otherwise
+/// the data files are copied by up to `threads` threads at once: a copy is the kernel's memory
+/// copy, so it takes half the time on two cores, and nothing else runs yet. A failure is the
+/// first in the export's file order, whichever thread met it first.
 fn keep_local_export(
     plan: &mut Plan,
     e: usize,
@@ -675,5 +675,56 @@ pub fn drop_replaced_compacted(
     match result {
         Ok(()) => tracing::info!(export = %id, "removed the compacted export the previous run kept"),
         Err(e) => tracing::warn!(export = %id, error = %e, "cannot remove the compacted export the previous run kept"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::local::LocalSink;
+    use crate::source::Layout;
+
+    fn data_file(path: &Path) -> DataFile {
+        DataFile {
+            input: Input::Path(path.to_owned()),
+            display: path.display().to_string(),
+            gzip: true,
+            layout: Layout::ExportLines,
+            size: 0,
+            expected: None,
+        }
+    }
+
+    #[test]
+    fn pass_one_copies_only_the_files_left_to_it_and_reads_the_copy() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sink =
+            LocalSink::create(&tmp.path().join("out"), false, crate::sink::parquet::writer_properties(1024)).unwrap();
+        let (a, b) = (tmp.path().join("a.json.gz"), tmp.path().join("b.json.gz"));
+        std::fs::write(&a, b"the bytes of a").unwrap();
+        std::fs::write(&b, b"the bytes of b").unwrap();
+        let mut when = WhenRead::default();
+        when.files.insert(0, format!("{BASE_DIR}/AWSDynamoDB/01/data/a.json.gz"));
+        when.files.insert(2, format!("{BASE_DIR}/AWSDynamoDB/01/data/gone.json.gz"));
+
+        // Listed: copied into the staged output, and the copy is what is read.
+        let kept = when.copy(&sink, 0, &data_file(&a)).unwrap().expect("file 0 is left to pass one");
+        let Input::Path(copy) = &kept.input else { panic!("a local copy: {:?}", kept.input) };
+        assert_ne!(copy, &a);
+        assert!(copy.ends_with("_etl/base/AWSDynamoDB/01/data/a.json.gz"), "{}", copy.display());
+        assert_eq!(std::fs::read(copy).unwrap(), b"the bytes of a");
+        assert_eq!(kept.display, a.display().to_string(), "reports still name the export's file");
+
+        // Not listed (linked up front, or not kept at all): read where it is.
+        assert!(when.copy(&sink, 1, &data_file(&b)).unwrap().is_none());
+
+        // Listed but gone before its turn: the export changed under the run.
+        let gone = tmp.path().join("gone.json.gz");
+        match when.copy(&sink, 2, &data_file(&gone)) {
+            Err(UnwindError::Source(SourceError::VanishedDataFile { path })) => {
+                assert_eq!(path, gone.display().to_string())
+            }
+            other => panic!("expected a vanished data file, got {other:?}"),
+        }
     }
 }
