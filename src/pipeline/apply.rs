@@ -314,17 +314,10 @@ impl WhenRead {
     pub fn copy(&self, sink: &dyn Sink, i: usize, f: &DataFile) -> Result<Option<DataFile>, UnwindError> {
         let Some(rel) = self.files.get(&i) else { return Ok(None) };
         let started = Instant::now();
-        let to = match sink.keep_input(rel, &f.input, None, false) {
-            Ok(Some(to)) => to,
-            Ok(None) => {
-                return Err(UnwindError::Internal {
-                    message: format!("the output kept its export's manifests but not the data file `{}`", f.display),
-                });
-            }
-            Err(SinkError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Err(SourceError::VanishedDataFile { path: f.display.clone() }.into());
-            }
-            Err(e) => return Err(e.into()),
+        let Some(to) = sink.keep_input(rel, &f.input, None, false).map_err(|e| keep_failed(e, f))? else {
+            return Err(UnwindError::Internal {
+                message: format!("the output kept its export's manifests but not the data file `{}`", f.display),
+            });
         };
         self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(Some(DataFile { input: to, ..f.clone() }))
@@ -436,6 +429,23 @@ fn base_clash(plan: &Plan, url: &ObjectUrl, aws: &AwsOptions) -> Result<Option<S
 /// A file kept: where to read it now, and its size.
 type KeptFile = (Input, u64);
 
+/// Where a local export's file goes in the output: `rel` (its path under the exports' root)
+/// under `_etl/base/`, with `/` separators.
+fn base_path(rel: &Path) -> String {
+    format!("{BASE_DIR}/{}", rel.to_string_lossy().replace('\\', "/"))
+}
+
+/// The sink could not keep the local data file `f`: gone since the run was planned, the export
+/// changed under the run (as reading it would have said); anything else is the sink's failure.
+fn keep_failed(e: SinkError, f: &DataFile) -> UnwindError {
+    match e {
+        SinkError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            SourceError::VanishedDataFile { path: f.display.clone() }.into()
+        }
+        e => e.into(),
+    }
+}
+
 /// Keeps export `e` of `plan`, a local folder; `None` when the sink keeps no such file. With
 /// `when_read`, data files that are not linked are left there for pass one to copy. Otherwise
 /// the data files are copied by up to `threads` threads at once: a copy is the kernel's memory
@@ -455,8 +465,7 @@ fn keep_local_export(
     let Ok(dir_rel) = dir.strip_prefix(&root) else { return Ok(None) };
     let link = previous.is_some_and(|p| dir.starts_with(p));
     let keep = |rel: &Path, from: &Path| -> Result<Option<KeptFile>, SinkError> {
-        let rel = rel.to_string_lossy().replace('\\', "/");
-        let to = sink.keep_input(&format!("{BASE_DIR}/{rel}"), &Input::Path(from.to_owned()), None, link)?;
+        let to = sink.keep_input(&base_path(rel), &Input::Path(from.to_owned()), None, link)?;
         Ok(to.map(|to| (to, std::fs::metadata(from).map(|m| m.len()).unwrap_or(0))))
     };
     for name in EXPORT_FILES {
@@ -484,7 +493,7 @@ fn keep_local_export(
             // Gone already: pass one's copy says so, as it would have said it here.
             kept.bytes += std::fs::metadata(&from).map(|m| m.len()).unwrap_or(0);
             kept.files += 1;
-            w.files.insert(i, format!("{BASE_DIR}/{}", rel.to_string_lossy().replace('\\', "/")));
+            w.files.insert(i, base_path(&rel));
         }
         return Ok(Some(kept));
     }
@@ -505,14 +514,7 @@ fn keep_local_export(
     });
     results.sort_by_key(|(i, _)| *i);
     for (i, result) in results {
-        let (to, bytes) = match result {
-            Ok(Some(to)) => to,
-            Ok(None) => return Ok(None),
-            Err(SinkError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Err(SourceError::VanishedDataFile { path: plan.files[i].display.clone() }.into());
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let Some((to, bytes)) = result.map_err(|e| keep_failed(e, &plan.files[i]))? else { return Ok(None) };
         kept.files += 1;
         kept.bytes += bytes;
         plan.files[i].input = to;
