@@ -309,6 +309,10 @@ pub struct EntityShape {
     index: HashMap<Box<str>, usize>,
     /// More than [`MAX_TRACKED_ATTRIBUTES`] names were seen: some are not tracked.
     overflowed: bool,
+    /// The highest file index observed. An item of a lower file (pass one reads the largest
+    /// files first) may meet a known attribute earlier in the input than where it was first met.
+    #[serde(skip)]
+    latest_file: u32,
 }
 
 /// A table's schema as inference chose it, with what it kept out of the columns and renamed.
@@ -341,7 +345,7 @@ struct EntityShapeWire {
 impl From<EntityShapeWire> for EntityShape {
     fn from(w: EntityShapeWire) -> EntityShape {
         let index = w.attrs.iter().enumerate().map(|(i, (n, _, _))| (n.clone(), i)).collect();
-        EntityShape { items: w.items, attrs: w.attrs, index, overflowed: w.overflowed }
+        EntityShape { items: w.items, attrs: w.attrs, index, overflowed: w.overflowed, latest_file: 0 }
     }
 }
 
@@ -354,8 +358,15 @@ impl EntityShape {
     /// [`EntityShape::observe`], telling `slot` where each attribute went, in item order: its
     /// index in [`EntityShape::names`], or [`UNTRACKED`] for a name beyond
     /// [`MAX_TRACKED_ATTRIBUTES`]. The indexes are this shape's own (a worker's), never a merged one's.
+    ///
+    /// Each attribute keeps the earliest (file, line, position) it was met at, in whatever order
+    /// files are observed; within a file, lines must come in increasing order.
     pub fn observe_slots(&mut self, item: &Item<'_>, file: u32, line: u64, mut slot: impl FnMut(u32)) {
         self.items += 1;
+        // Only an item of a file below one already observed can move a known attribute earlier;
+        // in increasing file order (the common case) this is never true and costs one branch.
+        let earlier = file < self.latest_file;
+        self.latest_file = self.latest_file.max(file);
         for (pos, (name, value)) in item.iter().enumerate() {
             // Items of one entity usually list attributes in the same order: try that slot first.
             let at = match self.attrs.get(pos) {
@@ -376,7 +387,11 @@ impl EntityShape {
                     }
                 },
             };
-            self.attrs[at].2.observe(value);
+            let attr = &mut self.attrs[at];
+            if earlier {
+                attr.1 = attr.1.min((file, line, pos as u32));
+            }
+            attr.2.observe(value);
             slot(at as u32);
         }
     }
@@ -390,6 +405,7 @@ impl EntityShape {
     pub fn merge(&mut self, other: &EntityShape) {
         self.items += other.items;
         self.overflowed |= other.overflowed;
+        self.latest_file = self.latest_file.max(other.latest_file);
         for (name, first, shape) in &other.attrs {
             match self.index.get(name) {
                 Some(&i) => {
@@ -601,6 +617,32 @@ mod tests {
         let (mut w1, mut w2) = (Vec::new(), Vec::new());
         assert_eq!(one.schema("t", None, &mut w1).schema, merged.schema("t", None, &mut w2).schema);
         assert_eq!(w1, w2);
+    }
+
+    #[test]
+    fn files_observed_out_of_order_give_the_columns_of_the_input_order() {
+        // Pass one reads the largest files first: one worker may observe file 2 before file 0
+        // and file 1. Columns must still follow where attributes first appear in the input.
+        let files: [&[&str]; 3] = [
+            &[r#"{"Item":{"c":{"S":"x"},"a":{"N":"1"}}}"#, r#"{"Item":{"d":{"S":"x"},"b":{"N":"1"}}}"#],
+            &[r#"{"Item":{"b":{"N":"2"},"e":{"S":"y"}}}"#],
+            &[r#"{"Item":{"a":{"N":"3"},"b":{"N":"3"},"e":{"S":"z"},"d":{"S":"z"}}}"#],
+        ];
+        let observe = |order: &[u32]| {
+            let mut shape = EntityShape::default();
+            for &f in order {
+                for (i, l) in files[f as usize].iter().enumerate() {
+                    shape.observe(&decode_export_line(l), f, i as u64 + 1);
+                }
+            }
+            let columns = shape.schema("t", None, &mut Vec::new()).schema.columns;
+            columns.into_iter().map(|c| c.name).collect::<Vec<_>>()
+        };
+        let in_order = observe(&[0, 1, 2]);
+        assert_eq!(in_order, ["c", "a", "d", "b", "e"]);
+        for order in [[2, 0, 1], [2, 1, 0], [1, 2, 0], [0, 2, 1]] {
+            assert_eq!(observe(&order), in_order, "files observed in the order {order:?}");
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Pass one: every data file framed, decoded and normalized; rows of inferred tables folded into
 //! their entity's shape; every row and reject spilled in compact chunks for pass two.
 //!
-//! Workers take whole files in plan order. Chunks are cut per (file, table) at a fixed size, so
-//! their contents never depend on scheduling, and pass two reads them back in (file, sequence)
-//! order: output is identical whatever the thread count.
+//! Workers take whole files, the largest first, so that no worker is left reading a large file
+//! alone at the end. Chunks are cut per (file, table) at a fixed size, so their contents never
+//! depend on scheduling; pass two reads them back in (file, sequence) order, and each shape keeps
+//! where the input first has an attribute whatever order its files came in: output is identical
+//! whatever the thread count.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -425,6 +427,15 @@ fn strict_file_check(f: &DataFile, d: &FileDigest) -> Result<(), UnwindError> {
     }
 }
 
+/// The plan files `files`, the largest first (by `size`, the compressed size), ties in plan order.
+/// A gzip file cannot be split between workers, so a large file taken last would leave the other
+/// workers idle while one reads it.
+fn largest_first(files: std::ops::Range<usize>, size: impl Fn(usize) -> u64) -> Vec<usize> {
+    let mut order: Vec<usize> = files.collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(size(i)), i));
+    order
+}
+
 /// Runs pass one over the files `scope` names (every file, but for a shard); the other files'
 /// stats stay empty, and their global indexes keep rows, shapes and rejects where one run over
 /// every file would put them. A file `keep` lists is first copied into the output through its
@@ -440,12 +451,13 @@ pub fn read_all(
     keep: Option<(&WhenRead, &dyn Sink)>,
     progress: &Progress,
 ) -> Result<ReadResult, UnwindError> {
+    let order = largest_first(scope.files.clone(), |i| plan.files[i].size);
     let workers = pool::run(
         settings.threads,
-        scope.files.len(),
+        order.len(),
         |w| Worker::new(w, settings, mapped, chain, scratch, scope.spill),
         |worker, k, stop| {
-            let i = scope.files.start + k;
+            let i = order[k];
             // A file `keep_base` left to pass one is copied into the output first and read there.
             match keep.map(|(w, sink)| w.copy(sink, i, &plan.files[i])).transpose()?.flatten() {
                 Some(kept) => worker.read_file(i, &kept, progress, stop),
@@ -502,4 +514,16 @@ pub fn read_all(
         warnings,
         chain: chain_read,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::largest_first;
+
+    #[test]
+    fn files_are_taken_largest_first_ties_in_plan_order() {
+        let sizes = [5u64, 9, 1, 9, 7, 0];
+        assert_eq!(largest_first(1..6, |i| sizes[i]), [1, 3, 4, 2, 5]);
+        assert_eq!(largest_first(0..0, |i| sizes[i]), Vec::<usize>::new());
+    }
 }
