@@ -5,6 +5,8 @@
 #   bench/run.sh [ITEMS]                  compare etl, etl --mapping, DuckDB and the floor (default 2000000 items)
 #   bench/run.sh --scaling [SMALL LARGE]  etl alone on SMALL and LARGE exports (default 1M and 4M):
 #                                         peak RSS growth and time per item
+#   bench/run.sh --uneven [ITEMS]         etl alone on one export as 3 x BENCH_FILES even files, then
+#                                         regrouped so that the last file holds half the items
 set -euo pipefail
 export LC_ALL=C
 
@@ -22,7 +24,7 @@ RUNS="${BENCH_RUNS:-5}"
 MAPPING="${BENCH_MAPPING:-$ROOT/mappings/ecommerce.toml}"
 
 usage() {
-    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     cat <<'EOF'
 
 environment: CARGO_TARGET_DIR (default /root/.cache/etl/target), ETL_VENV (default .venv),
@@ -46,6 +48,10 @@ case "${1:-}" in
         mode=scaling
         small="${2:-$small}"
         large="${3:-$large}"
+        ;;
+    --uneven)
+        mode=uneven
+        items="${2:-$items}"
         ;;
     "") ;;
     *[!0-9]*) echo "error: ITEMS must be a positive integer, got \`$1\`" >&2; usage >&2; exit 2 ;;
@@ -272,6 +278,33 @@ if [ "$mode" = compare ]; then
         check "etl --mapping wall / etl wall" "$mapped_vs" "<=" 1.00
         check "etl --mapping peak RSS MiB" "$(mib "${RSS[etl-mapped]}")" "<" 1024
     fi
+    finish
+elif [ "$mode" = uneven ]; then
+    # The same items twice: in 3 x BENCH_FILES files of even size, then regrouped by
+    # bench/uneven.py into files of 1, 1, ..., 1/4 and 1/2 of the items, the largest last in plan
+    # order (a reader taking files in that order reads it alone at the end).
+    FILES=$((FILES * 3))
+    generate "$items" export-even
+    measure etl-even "verify_etl '$WORK/etl-even-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-even-out" -q
+    if ! ls "$WORK"/export-uneven/AWSDynamoDB/*/manifest-summary.json >/dev/null 2>&1; then
+        "$VENV/bin/python" "$ROOT/bench/uneven.py" "$WORK/export-even" "$WORK/export-uneven"
+    fi
+    generate "$items" export-uneven
+    uneven_files="$(ls "$EXPORT_DIR"/data/*.json.gz | wc -l)"
+    measure etl-uneven "verify_etl '$WORK/etl-uneven-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-uneven-out" -q
+
+    echo
+    echo "## etl unwind on even and uneven files: $ITEM_COUNT items, $(nproc) cores, $RUNS runs each"
+    echo
+    echo "$HEADER"
+    echo "$RULE"
+    row "$FILES+1 files of even size" etl-even "$ITEM_COUNT"
+    row "the same items in $uneven_files files, the last with half of them" etl-uneven "$ITEM_COUNT"
+    echo
+    echo "- uneven wall / even wall (medians): $(ratio "$(median etl-uneven)" "$(median etl-even)")"
+    echo
+    check "etl cores used on uneven files (median)" "$(stat median "${CORES[etl-uneven]}")" ">=" \
+        "$(awk -v n="$(nproc)" 'BEGIN { print (n >= 2 ? 1.8 : 0.9 * n) }')"
     finish
 else
     generate "$small" export-small
