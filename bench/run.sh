@@ -283,6 +283,7 @@ elif [ "$mode" = uneven ]; then
     # The same items twice: in 3 x BENCH_FILES files of even size, then regrouped by
     # bench/uneven.py into files of 1, 1, ..., 1/4 and 1/2 of the items, the largest last in plan
     # order (a reader taking files in that order reads it alone at the end).
+    ensure_duckdb # bench/verify.py reads the output with it
     FILES=$((FILES * 3))
     generate "$items" export-even
     measure etl-even "verify_etl '$WORK/etl-even-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-even-out" -q
@@ -307,6 +308,7 @@ elif [ "$mode" = uneven ]; then
         "$(awk -v n="$(nproc)" 'BEGIN { print (n >= 2 ? 1.8 : 0.9 * n) }')"
     finish
 else
+    ensure_duckdb # bench/verify.py reads the output with it
     generate "$small" export-small
     small_count="$ITEM_COUNT"
     measure etl-small "verify_etl '$WORK/etl-small-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-small-out" -q
