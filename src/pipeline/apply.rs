@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use object_store::ObjectStoreExt as _;
@@ -33,6 +33,7 @@ use object_store::path::Path as ObjPath;
 
 use super::UnwindError;
 use super::chain::Onto;
+use super::pool;
 use crate::aws::AwsOptions;
 use crate::sink::{RunManifest, Sink, SinkError};
 use crate::source::chain::{Chain, ChainError, export_id};
@@ -497,21 +498,19 @@ fn keep_local_export(
         }
         return Ok(Some(kept));
     }
-    let next = AtomicUsize::new(0);
-    let mut results: Vec<(usize, Result<Option<KeptFile>, SinkError>)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads.clamp(1, files.len().max(1)))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
-                    while let Some((i, rel, from)) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        done.push((*i, keep(rel, from)));
-                    }
-                    done
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
+    // Every copy is tried and its result kept, so the failure reported is the first in file
+    // order, not the first in time.
+    let done = pool::run(
+        threads,
+        files.len(),
+        |_| Ok::<_, UnwindError>(Vec::new()),
+        |done, k, _| {
+            let (i, rel, from) = &files[k];
+            done.push((*i, keep(rel, from)));
+            Ok(())
+        },
+    )?;
+    let mut results: Vec<(usize, Result<Option<KeptFile>, SinkError>)> = done.into_iter().flatten().collect();
     results.sort_by_key(|(i, _)| *i);
     for (i, result) in results {
         let Some((to, bytes)) = result.map_err(|e| keep_failed(e, &plan.files[i]))? else { return Ok(None) };
