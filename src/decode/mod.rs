@@ -148,6 +148,15 @@ pub enum Value<'a> {
 /// An item: attribute names and values in the order they were read.
 pub type Item<'a> = Vec<(Cow<'a, str>, Value<'a>)>;
 
+/// Whether two attribute names are equal. Names searched for in an item mostly differ, and often
+/// in length or first byte (`PK` and `SK`), which this decides without the call to `memcmp` that
+/// `==` on equal lengths makes (`perf`: `memcmp` was a tenth of `apply_mapped` in
+/// `benches/hot_path.rs`).
+#[inline]
+pub fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.as_bytes().first() == b.as_bytes().first() && a == b
+}
+
 /// The ten DynamoDB attribute types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TypeTag {
@@ -410,6 +419,23 @@ pub(crate) mod testutil {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The layout `Value`'s documentation promises: one word of tag, three of payload, and an
+    /// `Option` that uses a free tag value instead of a word more.
+    #[test]
+    fn values_are_four_words() {
+        assert_eq!(std::mem::size_of::<Value<'_>>(), 32);
+        assert_eq!(std::mem::size_of::<Option<Value<'_>>>(), 32);
+    }
+
+    proptest::proptest! {
+        /// Names from a small alphabet, so that equal lengths and equal first bytes are common.
+        #[test]
+        fn same_name_is_equality(a in "[PSKé_]{0,4}", b in "[PSKé_]{0,4}") {
+            proptest::prop_assert_eq!(same_name(&a, &b), a == b);
+            proptest::prop_assert!(same_name(&a, &a));
+        }
+    }
 
     #[test]
     fn sizes_follow_dynamodb_rules() {

@@ -165,6 +165,11 @@ pub enum TimeUnit {
     Microsecond,
 }
 
+/// One value per placeholder of a template, in placeholder order (`None` for an absent optional
+/// part): inline for up to four, the most any mapping we have seen needs, so matching a key
+/// allocates nothing.
+pub type Captures<'k> = smallvec::SmallVec<[Option<KeyValue<'k>>; 4]>;
+
 /// The typed value a placeholder captured from a key. Text borrows from the key it was
 /// captured from ([`KeyTemplate::captures`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -528,18 +533,27 @@ impl KeyTemplate {
     /// Parses a key into one value per placeholder, in placeholder order (`None` for an absent
     /// optional part). Guarantees `render(captures(key)) == key`; a key that would not round
     /// trip is a [`MatchError`].
-    pub fn captures<'k>(&self, key: &'k str) -> Result<Vec<Option<KeyValue<'k>>>, MatchError> {
-        let mut search = Search { tpl: self, key, out: vec![None; self.placeholders.len()], failed: None, worst: None };
+    pub fn captures<'k>(&self, key: &'k str) -> Result<Captures<'k>, MatchError> {
+        let mut values = Captures::new();
+        self.captures_into(key, &mut values)?;
+        Ok(values)
+    }
+
+    /// [`KeyTemplate::captures`] into `values` (cleared first), which the caller keeps in place:
+    /// moving the inline values out of a call costs more than matching a short key.
+    pub fn captures_into<'k>(&self, key: &'k str, values: &mut Captures<'k>) -> Result<(), MatchError> {
+        values.clear();
+        values.resize(self.placeholders.len(), None);
+        let mut search = Search { tpl: self, key, out: values, failed: None, worst: None };
         if !search.segment(0, 0) {
             let worst = search.worst;
             return Err(self.mismatch(key, worst));
         }
-        let values = search.out;
         // The values are canonical by construction; checking costs no allocation and makes the
         // round trip a checked fact rather than an argument.
         let mut expect = Expect { rest: key, ok: true };
-        match self.render_into(&values, &mut expect) {
-            Ok(()) if expect.ok && expect.rest.is_empty() => Ok(values),
+        match self.render_into(values, &mut expect) {
+            Ok(()) if expect.ok && expect.rest.is_empty() => Ok(()),
             _ => Err(MatchError {
                 placeholder: None,
                 expected: self.source.clone(),
@@ -676,18 +690,18 @@ struct ValueFailure {
     reason: Reason,
 }
 
-/// One backtracking match of a key. Allocates the returned values, and on keys that need
-/// backtracking a bitset of (placeholder, position) pairs known to fail, which bounds the work
-/// to placeholders × positions × occurrences.
-struct Search<'t, 'k> {
+/// One backtracking match of a key into the caller's values. Allocates, on keys that need
+/// backtracking only, a bitset of (placeholder, position) pairs known to fail, which bounds the
+/// work to placeholders × positions × occurrences.
+struct Search<'t, 'k, 'o> {
     tpl: &'t KeyTemplate,
     key: &'k str,
-    out: Vec<Option<KeyValue<'k>>>,
+    out: &'o mut Captures<'k>,
     failed: Option<Vec<u64>>,
     worst: Option<ValueFailure>,
 }
 
-impl Search<'_, '_> {
+impl Search<'_, '_, '_> {
     /// Whether `key[pos..]` matches `segments[seg..]`; fills `out` on success.
     fn segment(&mut self, seg: usize, pos: usize) -> bool {
         let tpl = self.tpl;
@@ -1438,7 +1452,7 @@ mod tests {
     fn caps<'k>(t: &KeyTemplate, key: &'k str) -> Vec<Option<KeyValue<'k>>> {
         let values = t.captures(key).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(t.render(&values).as_deref(), Ok(key), "round trip of `{key}`");
-        values
+        values.into_vec()
     }
 
     fn miss(t: &KeyTemplate, key: &str) -> MatchError {
@@ -2249,7 +2263,7 @@ mod tests {
             let captured = t.captures(&key).map_err(|e| TestCaseError::fail(format!("{source} on `{key}`: {e}")))?;
             prop_assert_eq!(t.render(&captured).ok(), Some(key.clone()));
             if unambiguous(&t, &values) {
-                prop_assert_eq!(&captured, &values, "`{}` on `{}`", source, key);
+                prop_assert_eq!(&captured[..], &values[..], "`{}` on `{}`", source, key);
             }
             Ok(())
         }

@@ -14,8 +14,8 @@ use std::borrow::Cow;
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, TimeZone as _};
 
 use super::RejectReason;
-use crate::decode::{Item, Number, Value};
-use crate::mapping::template::{KeyValue, TimeUnit};
+use crate::decode::{Item, Number, Value, same_name};
+use crate::mapping::template::{Captures, KeyValue, TimeUnit};
 use crate::mapping::{
     ChildMapping, ColumnMapping, ColumnSource, DeclaredType, EntityMapping, ErrorPolicy, Mapping, TimestampFormat,
     UnmappedPolicy,
@@ -86,7 +86,7 @@ pub enum Route<'i> {
 
 /// Routes an item: by its type value, or by key prefixes when it has none.
 pub fn route<'i>(m: &Mapping, item: &'i Item<'_>) -> Route<'i> {
-    match item.iter().find(|(k, _)| k == m.type_attribute.as_str()).map(|(_, v)| v) {
+    match item.iter().find(|(k, _)| same_name(k, &m.type_attribute)).map(|(_, v)| v) {
         Some(Value::S(t)) => match m.entities.iter().position(|e| e.match_types.iter().any(|x| x == t.as_ref())) {
             Some(i) => Route::Entity(i),
             None => Route::Unmatched(t.as_ref()),
@@ -128,7 +128,7 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &'a Item<'a>, type_attribute: &str)
     // each with every claimed name (that search was the most of a mapped item's time).
     let read = std::cell::Cell::new(0u128);
     let get = |name: &str| {
-        let i = item.iter().position(|(k, _)| k == name)?;
+        let i = item.iter().position(|(k, _)| same_name(k, name))?;
         if i < 128 {
             read.set(read.get() | 1 << i);
         }
@@ -137,9 +137,11 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &'a Item<'a>, type_attribute: &str)
 
     // Keys: every placeholder's value, from the first key attribute that has it.
     // `(placeholder, (value, key attribute))`, first capture of each name only: a handful of
-    // entries, so a list searched in place costs less than a map built and dropped per item.
-    let mut captured: Vec<(&str, (KeyValue<'a>, &str))> =
-        Vec::with_capacity(m.keys.iter().map(|k| k.template.placeholders().len()).sum());
+    // entries, so a list searched in place costs less than a map built and dropped per item, and
+    // is kept inline.
+    let mut captured: smallvec::SmallVec<[(&str, (KeyValue<'a>, &str)); 8]> = smallvec::SmallVec::new();
+    // One key's values, refilled for each key.
+    let mut values = Captures::new();
     for k in &m.keys {
         let Some(v) = get(&k.attribute) else { continue }; // sparse index keys may be absent
         let text = match v {
@@ -161,9 +163,9 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &'a Item<'a>, type_attribute: &str)
                 continue;
             }
         };
-        match k.template.captures(text) {
-            Ok(values) => {
-                for (p, v) in k.template.placeholders().iter().zip(values) {
+        match k.template.captures_into(text, &mut values) {
+            Ok(()) => {
+                for (p, v) in k.template.placeholders().iter().zip(values.drain(..)) {
                     let Some(v) = v else { continue };
                     match captured_value(&captured, &p.name) {
                         Some((prev, from)) if *prev != v => {
@@ -205,7 +207,11 @@ pub fn apply<'a>(m: &'a EntityMapping, item: &'a Item<'a>, type_attribute: &str)
             ColumnSource::Attribute(a) => match get(a).filter(|v| !matches!(v, Value::Null) || is_json(&c.ty)) {
                 None => None,
                 Some(v) => match coerce(v, &c.ty) {
-                    Ok(v) => Some(v),
+                    // Stored as built, not moved through an `Option` first.
+                    Ok(v) => {
+                        out.row.push((Cow::Borrowed(c.name.as_str()), v));
+                        continue;
+                    }
                     Err(expected) => {
                         fail(coercion_failure(&m.name, a, v, &expected), &mut out)?;
                         None
@@ -349,7 +355,7 @@ fn captured_value<'c, 'm, 'k>(
     captured: &'c [(&str, (KeyValue<'k>, &'m str))],
     name: &str,
 ) -> Option<&'c (KeyValue<'k>, &'m str)> {
-    captured.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    captured.iter().find(|(n, _)| same_name(n, name)).map(|(_, v)| v)
 }
 
 /// Whether the entity consumes the attribute: the per-item, allocation-free form of
@@ -379,11 +385,11 @@ fn child_row<'a>(
     let path = || format!("{}[{index}]", child.source);
     let mut row: Item<'a> = Vec::with_capacity(child.parent_columns.len() + 2 + child.columns.len());
     for p in &child.parent_columns {
-        if let Some((_, v)) = parent.iter().find(|(k, _)| k == p.as_str()) {
+        if let Some((_, v)) = parent.iter().find(|(k, _)| same_name(k, p)) {
             row.push((Cow::Borrowed(p.as_str()), v.clone()));
         }
     }
-    row.push((Cow::Borrowed(child.position.as_str()), number(index.to_string())));
+    row.push((Cow::Borrowed(child.position.as_str()), position(index)));
     let no_fields = Vec::new();
     let fields = match element {
         Value::M(fields) => fields,
@@ -402,12 +408,15 @@ fn child_row<'a>(
         let name = source_name(c);
         let v = fields
             .iter()
-            .find(|(k, _)| k == name)
+            .find(|(k, _)| same_name(k, name))
             .map(|(_, v)| v)
             .filter(|v| !matches!(v, Value::Null) || is_json(&c.ty));
         let value = match v {
             Some(v) => match coerce(v, &c.ty) {
-                Ok(v) => Some(v),
+                Ok(v) => {
+                    row.push((Cow::Borrowed(c.name.as_str()), v));
+                    continue;
+                }
                 Err(expected) => {
                     let f = coercion_failure(&m.name, &format!("{}.{name}", path()), v, &expected);
                     match m.on_error {
@@ -529,6 +538,16 @@ fn number(text: String) -> Value<'static> {
     Value::N(Number::from_canonical_owned(text))
 }
 
+/// A child row's position in its list: the text of the first 256 is made once, not per row.
+fn position(index: usize) -> Value<'static> {
+    static TEXT: std::sync::LazyLock<Vec<String>> =
+        std::sync::LazyLock::new(|| (0..256).map(|i: u32| i.to_string()).collect());
+    match TEXT.get(index) {
+        Some(t) => Value::N(Number::from_canonical(t)),
+        None => number(index.to_string()),
+    }
+}
+
 fn per_second(u: TimeUnit) -> i64 {
     match u {
         TimeUnit::Second => 1,
@@ -587,7 +606,26 @@ fn numeric<'a>(v: &Value<'a>) -> Option<Number<'a>> {
 
 /// `v` as a value of type `ty`, in the form the column builders take; `Err` names the expected
 /// form.
+///
+/// The values most columns hold (text, a whole number, a boolean, bytes, any value of a `json`
+/// column) are taken here, inlined into the caller; the rest goes to [`coerce_other`]. Inlined,
+/// with the row's pushes in the arms that coerced, `apply_mapped` in `benches/hot_path.rs` took
+/// 11% less time than with a call per column and the value moved through an `Option`.
+#[inline(always)]
 pub fn coerce<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String> {
+    match (ty, v) {
+        (DeclaredType::Json, _)
+        | (DeclaredType::Utf8, Value::S(_))
+        | (DeclaredType::Bool, Value::Bool(_))
+        | (DeclaredType::Binary, Value::B(_)) => Ok(v.clone()),
+        (DeclaredType::Int64, Value::N(n)) if n.to_i64().is_some() => Ok(Value::N(n.clone())),
+        _ => coerce_other(v, ty),
+    }
+}
+
+/// [`coerce`] for every pair its inlined part does not take.
+#[inline(never)]
+fn coerce_other<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String> {
     let exp = || ty_expected(ty);
     match ty {
         DeclaredType::Json => Ok(v.clone()),
@@ -651,7 +689,7 @@ pub fn coerce<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String>
             Value::M(m) => {
                 let mut out = Vec::with_capacity(m.len());
                 for (k, x) in m {
-                    let Some((_, t)) = fields.iter().find(|(n, _)| n == k.as_ref()) else {
+                    let Some((_, t)) = fields.iter().find(|(n, _)| same_name(n, k)) else {
                         return Err(format!("`{}` (it has no field `{k}`)", ty.label()));
                     };
                     if matches!(x, Value::Null) && !is_json(t) {
@@ -1036,6 +1074,22 @@ columns = [{ name = "sku", type = "string", required = true }, { name = "qty", t
                 Ok((rows, a.nulled.iter().map(|f| f.attribute.clone()).collect(), a.unmapped))
             }
             Err(f) => Err((f.kind, f.attribute)),
+        }
+    }
+
+    /// Positions are written from a table for the first 256 elements and formatted past it.
+    #[test]
+    fn child_positions_count_every_element() {
+        let text = ORDERS.replace("UNMAPPED", "drop").replace("ON_ERROR", "reject");
+        let m = parse_str(std::path::Path::new("t.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+        let elements: Vec<String> = (0..300).map(|i| format!(r#"{{"M":{{"sku":{{"S":"S{i}"}}}}}}"#)).collect();
+        let line = format!(r#"{{"Item":{{"PK":{{"S":"ORDER#O1"}},"lines":{{"L":[{}]}}}}}}"#, elements.join(","));
+        let item = decode_export_line(&line);
+        let a = apply(&m.entities[0], &item, "Type").unwrap_or_else(|f| panic!("{f:?}"));
+        assert_eq!(a.children.len(), 300);
+        for (i, (_, row)) in a.children.iter().enumerate() {
+            assert_eq!(num(get(row, "position")), i.to_string());
+            assert_eq!(get(row, "sku"), Some(&Value::S(Cow::Owned(format!("S{i}")))));
         }
     }
 

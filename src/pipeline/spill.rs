@@ -19,7 +19,7 @@
 
 use std::borrow::Cow;
 
-use crate::decode::{Item, Number, TypeTag, Value};
+use crate::decode::{Item, Number, TypeTag, Value, same_name};
 use crate::normalize::{BatchBuilder, NormalizeError, RejectReason, RejectRow, Slot};
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -60,7 +60,7 @@ pub fn column_slots(names: &[Box<str>], row: &Item<'_>, slots: &mut Vec<u32>) {
     slots.clear();
     let mut next = 0;
     for (name, _) in row {
-        let at = |from: usize| names.get(from..)?.iter().position(|n| **n == **name).map(|i| from + i);
+        let at = |from: usize| names.get(from..)?.iter().position(|n| same_name(n, name)).map(|i| from + i);
         match at(next).or_else(|| at(0)) {
             Some(i) => {
                 slots.push(i as u32);
