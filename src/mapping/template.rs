@@ -166,8 +166,8 @@ pub enum TimeUnit {
 }
 
 /// One value per placeholder of a template, in placeholder order (`None` for an absent optional
-/// part): inline for up to four, the most any mapping we have seen needs, so matching a key
-/// allocates nothing.
+/// part): inline for up to four (the bundled mappings' keys have at most two), so matching such
+/// a key allocates nothing; more spill to the heap.
 pub type Captures<'k> = smallvec::SmallVec<[Option<KeyValue<'k>>; 4]>;
 
 /// The typed value a placeholder captured from a key. Text borrows from the key it was
