@@ -217,8 +217,11 @@ verify_etl() { # verify_etl OUT [DUCKDB_OUT [--mapped]]
         --summary "$EXPORT_DIR/manifest-summary.json"
 }
 
+# Every mode checks etl's output with bench/verify.py, which reads it with DuckDB; compare also
+# times DuckDB itself.
+ensure_duckdb
+
 if [ "$mode" = compare ]; then
-    ensure_duckdb
     generate "$items" export
     # DuckDB first: its output is the reference etl's is checked against. Its row counts must
     # equal the manifest's.
@@ -286,7 +289,6 @@ elif [ "$mode" = uneven ]; then
     # The same items twice: in 3 x BENCH_FILES files of even size, then regrouped by
     # bench/uneven.py into files of 1, 1, ..., 1/4 and 1/2 of the items, the largest last in plan
     # order (a reader taking files in that order reads it alone at the end).
-    ensure_duckdb # bench/verify.py reads the output with it
     FILES=$((FILES * 3))
     generate "$items" export-even
     measure etl-even "verify_etl '$WORK/etl-even-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-even-out" -q
@@ -310,7 +312,6 @@ elif [ "$mode" = uneven ]; then
     check "etl cores used on uneven files (median)" "$(stat median "${CORES[etl-uneven]}")" ">=" "$(cores_target)"
     finish
 else
-    ensure_duckdb # bench/verify.py reads the output with it
     generate "$small" export-small
     small_count="$ITEM_COUNT"
     measure etl-small "verify_etl '$WORK/etl-small-out'" "$ETL" unwind "$EXPORT_DIR" --out "$WORK/etl-small-out" -q
