@@ -623,7 +623,11 @@ pub fn coerce<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String>
     }
 }
 
-/// [`coerce`] for every pair its inlined part does not take.
+/// The whole coercion of `v` to `ty`, every pair included. [`coerce`] takes the commonest pairs
+/// (text, a fitting whole number, a boolean, bytes, any `json` value) before it calls this, so the
+/// arms for those pairs here run only when this is called directly; they are kept so that this
+/// stays the complete definition, and `coerce_agrees_with_the_whole_coercion` checks that the two
+/// give the same result on every pair.
 #[inline(never)]
 fn coerce_other<'a>(v: &Value<'a>, ty: &DeclaredType) -> Result<Value<'a>, String> {
     let exp = || ty_expected(ty);
@@ -1124,5 +1128,62 @@ columns = [{ name = "sku", type = "string", required = true }, { name = "qty", t
         assert_eq!(convert_epoch(max_s + 1, TimeUnit::Second, TimeUnit::Second), None);
         assert_eq!(convert_epoch(-max_s - 1, TimeUnit::Second, TimeUnit::Second), None);
         assert_eq!(convert_epoch(i64::MAX, TimeUnit::Millisecond, TimeUnit::Millisecond), Some(i64::MAX));
+    }
+
+    /// `coerce`'s inlined part gives exactly what the whole coercion gives, on every declared
+    /// type against every kind of value (including numbers past `int64` and numbers as text).
+    #[test]
+    fn coerce_agrees_with_the_whole_coercion() {
+        let n = |t: &'static str| Number::parse(t).unwrap_or_else(|e| panic!("{t}: {e:?}"));
+        let values: Vec<Value<'static>> = vec![
+            Value::S("text".into()),
+            Value::S("42".into()),
+            Value::S(" -7.50 ".into()),
+            Value::S("2026-12-05".into()),
+            Value::S("2026-12-05T01:02:03Z".into()),
+            Value::N(n("0")),
+            Value::N(n("-9223372036854775808")),
+            Value::N(n("9223372036854775808")),
+            Value::N(n("12.345")),
+            Value::N(n("1750000000")),
+            Value::N(n("99999999999999999999999999999999999999")),
+            Value::B(Cow::Borrowed(b"\x00\xff")),
+            Value::Bool(true),
+            Value::Null,
+            Value::SS(vec!["a".into(), "b".into()]),
+            Value::NS(vec![n("1"), n("2.5")]),
+            Value::BS(vec![Cow::Borrowed(b"x")]),
+            Value::L(vec![Value::S("a".into()), Value::N(n("1"))]),
+            Value::M(vec![("a".into(), Value::N(n("1"))), ("b".into(), Value::Null)]),
+        ];
+        let types = vec![
+            DeclaredType::Int64,
+            DeclaredType::Decimal { precision: 5, scale: 2 },
+            DeclaredType::Decimal { precision: 38, scale: 0 },
+            DeclaredType::DecimalText,
+            DeclaredType::Float64,
+            DeclaredType::Utf8,
+            DeclaredType::Bool,
+            DeclaredType::Binary,
+            DeclaredType::Json,
+            DeclaredType::Timestamp { unit: TimeUnit::Millisecond, format: TimestampFormat::EpochS, tz: "UTC".into() },
+            DeclaredType::Timestamp { unit: TimeUnit::Second, format: TimestampFormat::Iso8601, tz: "UTC".into() },
+            DeclaredType::Date { format: None },
+            DeclaredType::List(Box::new(DeclaredType::Utf8)),
+            DeclaredType::Set(Box::new(DeclaredType::Int64)),
+            DeclaredType::Set(Box::new(DeclaredType::Utf8)),
+            DeclaredType::Struct(vec![("a".into(), DeclaredType::Int64), ("b".into(), DeclaredType::Utf8)]),
+            DeclaredType::Map(Box::new(DeclaredType::Int64)),
+        ];
+        let (mut ok, mut err) = (0, 0);
+        for ty in &types {
+            for v in &values {
+                let whole = coerce_other(v, ty);
+                assert_eq!(coerce(v, ty), whole, "{ty:?} from {v:?}");
+                if whole.is_ok() { ok += 1 } else { err += 1 }
+            }
+        }
+        // Both outcomes are compared, not only one of them.
+        assert!(ok > values.len() && err > values.len(), "{ok} coerced, {err} refused");
     }
 }
