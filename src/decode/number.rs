@@ -74,6 +74,12 @@ impl<'a> Number<'a> {
         &self.text
     }
 
+    /// Whether the text is borrowed (from the line it was read from), not owned.
+    #[inline(always)]
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.text, Cow::Borrowed(_))
+    }
+
     pub fn into_owned(self) -> Number<'static> {
         Number { text: Cow::Owned(self.text.into_owned()) }
     }
