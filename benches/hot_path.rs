@@ -23,7 +23,7 @@ use divan::{Bencher, black_box};
 use etl::decode::{self, Format, Record};
 use etl::mapping::infer::EntityShape;
 use etl::mapping::{self, Mapping};
-use etl::normalize::{BatchBuilder, MappedTables, Normalized, Normalizer};
+use etl::normalize::{BatchBuilder, MappedTables, Normalized, Normalizer, apply};
 use etl::pipeline::spill;
 use etl::schema::TableSchema;
 use flate2::read::MultiGzDecoder;
@@ -117,7 +117,7 @@ fn pass_one_mapped(b: Bencher) {
     b.counter(items()).bench(|| {
         let mut normalizer = Normalizer::new(&m.type_attribute, Some((m, t)));
         let mut spilled: Vec<Vec<u8>> = vec![Vec::new(); t.tables.len()];
-        let names = t.column_names();
+        let names = apply::row_names(m);
         let mut slots = Vec::new();
         for line in LINES.iter() {
             let record = decode_line(line);

@@ -886,6 +886,36 @@ pub fn child_schema(m: &EntityMapping, child: &ChildMapping) -> TableSchema {
     TableSchema { table: child.table.clone(), entity: Some(m.name.clone()), columns, extra: None }
 }
 
+/// Per declared table, in [`super::MappedTables`]'s order, its column names borrowed from `m`:
+/// the very strings [`apply`] and [`child_row`] name a row's values with, in the order of
+/// [`entity_schema`] and [`child_schema`] (`row_names_are_the_tables_columns` keeps the three
+/// equal), so that [`crate::pipeline::spill::column_slots`] finds a row's columns by address.
+pub fn row_names(m: &Mapping) -> Vec<Vec<&str>> {
+    let mut out = Vec::new();
+    for e in &m.entities {
+        let mut names: Vec<&str> = e.columns.iter().map(|c| c.name.as_str()).collect();
+        if e.unmapped == UnmappedPolicy::Extra {
+            names.push(EXTRA_COLUMN);
+        }
+        out.push(names);
+        for child in &e.children {
+            let mut names: Vec<&str> = child
+                .parent_columns
+                .iter()
+                .filter(|p| e.columns.iter().any(|c| &c.name == *p))
+                .map(String::as_str)
+                .collect();
+            names.push(child.position.as_str());
+            names.extend(child.columns.iter().map(|c| c.name.as_str()));
+            if e.unmapped == UnmappedPolicy::Extra {
+                names.push(EXTRA_COLUMN);
+            }
+            out.push(names);
+        }
+    }
+    out
+}
+
 fn column(name: &str, ty: &DeclaredType, origin: String) -> Column {
     Column {
         name: name.to_owned(),
@@ -1139,6 +1169,40 @@ columns = [{ name = "sku", type = "string", required = true }, { name = "qty", t
                 Ok((rows, a.nulled.iter().map(|f| f.attribute.clone()).collect(), a.unmapped))
             }
             Err(f) => Err((f.kind, f.attribute)),
+        }
+    }
+
+    /// `row_names` lists each declared table's columns as the schemas do, and the rows `apply`
+    /// makes name their values with its very strings (an `_extra` column aside: a constant),
+    /// which is what lets `spill::column_slots` match them by address.
+    #[test]
+    fn row_names_are_the_tables_columns() {
+        let ecommerce = include_str!("../../mappings/ecommerce.toml");
+        let m = parse_str(std::path::Path::new("ecommerce.toml"), ecommerce).unwrap_or_else(|e| panic!("{e}"));
+        let columns = |m: &Mapping| -> Vec<Vec<String>> {
+            let t = super::super::MappedTables::new(m);
+            t.tables.iter().map(|t| t.columns.iter().map(|c| c.name.clone()).collect()).collect()
+        };
+        assert_eq!(row_names(&m), columns(&m));
+        for unmapped in ["drop", "extra"] {
+            let text = ORDERS.replace("UNMAPPED", unmapped).replace("ON_ERROR", "reject");
+            let m = parse_str(std::path::Path::new("t.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+            let names = row_names(&m);
+            assert_eq!(names, columns(&m), "{unmapped}");
+            let line = r#"{"Item":{"PK":{"S":"ORDER#O1"},"status":{"S":"new"},"x":{"N":"1"},"lines":{"L":[{"M":{"sku":{"S":"A"},"qty":{"N":"2"},"note":{"S":"gift"}}}]}}}"#;
+            let item = decode_export_line(line);
+            let a = apply(&m.entities[0], &item, "Type").unwrap_or_else(|f| panic!("{f:?}"));
+            let rows = std::iter::once((0, &a.row)).chain(a.children.iter().map(|(c, r)| (1 + c, r)));
+            let mut named = 0;
+            for (table, row) in rows {
+                for (k, _) in row.iter().filter(|(k, _)| k != EXTRA_COLUMN) {
+                    let same = |n: &&str| std::ptr::eq(n.as_ptr(), k.as_ptr()) && n.len() == k.len();
+                    assert!(names[table].iter().any(same), "`{k}` of table {table} ({unmapped})");
+                    named += 1;
+                }
+            }
+            // order_id and status; order_id, the position, sku and qty.
+            assert_eq!(named, 6, "{unmapped}");
         }
     }
 

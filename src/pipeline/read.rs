@@ -149,6 +149,9 @@ struct Worker<'a> {
     /// Per declared table, its column names: a declared row's attributes are spilled by their
     /// column's index, the same slots in every worker.
     mapped_names: Vec<Vec<Box<str>>>,
+    /// The same names borrowed from the mapping: the strings its rows are named with
+    /// ([`crate::normalize::apply::row_names`]), for [`spill::column_slots`].
+    row_names: Vec<Vec<&'a str>>,
     /// The slots of the declared row being spilled, reused.
     mapped_slots: Vec<u32>,
     rejects: ChunkBuf,
@@ -193,6 +196,7 @@ impl<'a> Worker<'a> {
             untyped: Inferred::default(),
             mapped: (0..tables).map(|_| ChunkBuf::default()).collect(),
             mapped_names: mapped.map_or_else(Vec::new, |(_, t)| t.column_names()),
+            row_names: mapped.map_or_else(Vec::new, |(m, _)| crate::normalize::apply::row_names(m)),
             mapped_slots: Vec::new(),
             rejects: ChunkBuf::default(),
             reject_counts: BTreeMap::new(),
@@ -340,7 +344,7 @@ impl<'a> Worker<'a> {
         if !self.keep_rows {
             return Ok(());
         }
-        let names = self.mapped_names.get(table as usize).map_or(&[][..], Vec::as_slice);
+        let names = self.row_names.get(table as usize).map_or(&[][..], Vec::as_slice);
         spill::column_slots(names, row, &mut self.mapped_slots);
         buf.logical += spill::encode_item_slots(row, &self.mapped_slots, &mut buf.bytes);
         if buf.is_full() {

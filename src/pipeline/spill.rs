@@ -56,10 +56,23 @@ pub fn encode_item_slots(item: &Item<'_>, slots: &[u32], out: &mut Vec<u8>) -> u
 /// Sets `slots`, for [`encode_item_slots`], to the index in `names` (a declared table's
 /// columns) of each of `row`'s attributes; a name `names` lacks is written out. A declared row
 /// lists its attributes in column order, so each is looked for after the last one found first.
-pub fn column_slots(names: &[Box<str>], row: &Item<'_>, slots: &mut Vec<u32>) {
+///
+/// Given the mapping's own strings ([`crate::normalize::apply::row_names`]), which are the ones
+/// a mapped row names its values with, a row's name is mostly the very string at the next
+/// column: the same address and length, found without comparing a byte (the comparisons were
+/// 1.8% of a mapped unwind's CPU). Any other string with the same text finds the same column.
+pub fn column_slots(names: &[&str], row: &Item<'_>, slots: &mut Vec<u32>) {
     slots.clear();
     let mut next = 0;
     for (name, _) in row {
+        if let Some(n) = names.get(next)
+            && std::ptr::eq(n.as_ptr(), name.as_ptr())
+            && n.len() == name.len()
+        {
+            slots.push(next as u32);
+            next += 1;
+            continue;
+        }
         let at = |from: usize| names.get(from..)?.iter().position(|n| same_name(n, name)).map(|i| from + i);
         match at(next).or_else(|| at(0)) {
             Some(i) => {
@@ -471,7 +484,8 @@ mod tests {
 
     #[test]
     fn declared_rows_take_their_columns_index_as_slot() {
-        let names: Vec<Box<str>> = ["a", "b", "c", "_extra"].into_iter().map(Box::from).collect();
+        let owned: Vec<String> = ["a", "b", "c", "_extra"].into_iter().map(String::from).collect();
+        let names: Vec<&str> = owned.iter().map(String::as_str).collect();
         let row = |keys: &[&str]| -> Item<'static> {
             keys.iter().map(|k| (Cow::Owned(k.to_string()), Value::Null)).collect()
         };
@@ -487,8 +501,29 @@ mod tests {
         column_slots(&names, &item, &mut slots);
         let (mut named, mut slotted) = (Vec::new(), Vec::new());
         assert_eq!(encode_item_slots(&item, &slots, &mut slotted), encode_item(&item, &mut named));
-        let names: Vec<&str> = names.iter().map(|n| &**n).collect();
         assert_eq!(read_slotted(&mut Reader::new(&slotted), &names), item);
+    }
+
+    #[test]
+    fn a_row_named_by_the_columns_own_strings_takes_the_same_slots() {
+        let owned: Vec<String> = ["ab", "ac", "b", "ad"].into_iter().map(String::from).collect();
+        let names: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let borrowed =
+            |at: &[usize]| -> Item<'_> { at.iter().map(|&i| (Cow::Borrowed(names[i]), Value::Null)).collect() };
+        let copied = |at: &[usize]| -> Item<'static> {
+            at.iter().map(|&i| (Cow::Owned(names[i].to_owned()), Value::Null)).collect()
+        };
+        let (mut by_address, mut by_text) = (Vec::new(), Vec::new());
+        for at in [&[0, 1, 2, 3][..], &[1, 3], &[3, 0, 2], &[2, 2]] {
+            column_slots(&names, &borrowed(at), &mut by_address);
+            column_slots(&names, &copied(at), &mut by_text);
+            assert_eq!(by_address, by_text, "{at:?}");
+            assert_eq!(by_address, at.iter().map(|&i| i as u32).collect::<Vec<_>>());
+        }
+        // A string at the next column's address but shorter (a prefix of it) is another name.
+        let prefix: Item<'_> = vec![(Cow::Borrowed(&names[0][..1]), Value::Null)];
+        column_slots(&names, &prefix, &mut by_address);
+        assert_eq!(by_address, [NAMED]);
     }
 
     #[test]
