@@ -65,11 +65,6 @@ impl MappedTables {
         }
         out
     }
-
-    /// Per table, its column names in order: what a declared row's spilled slots index.
-    pub fn column_names(&self) -> Vec<Vec<Box<str>>> {
-        self.tables.iter().map(|t| t.columns.iter().map(|c| Box::from(c.name.as_str())).collect()).collect()
-    }
 }
 
 /// What one mapping entity saw, for the run report.

@@ -146,11 +146,10 @@ struct Worker<'a> {
     entities: HashMap<Arc<str>, Inferred>,
     untyped: Inferred,
     mapped: Vec<ChunkBuf>,
-    /// Per declared table, its column names: a declared row's attributes are spilled by their
-    /// column's index, the same slots in every worker.
-    mapped_names: Vec<Vec<Box<str>>>,
-    /// The same names borrowed from the mapping: the strings its rows are named with
-    /// ([`crate::normalize::apply::row_names`]), for [`spill::column_slots`].
+    /// Per declared table, its column names, borrowed from the mapping: the strings its rows
+    /// are named with ([`crate::normalize::apply::row_names`]), for [`spill::column_slots`]. A
+    /// declared row's attributes are spilled by their column's index, the same slots in every
+    /// worker.
     row_names: Vec<Vec<&'a str>>,
     /// The slots of the declared row being spilled, reused.
     mapped_slots: Vec<u32>,
@@ -195,7 +194,6 @@ impl<'a> Worker<'a> {
             entities: HashMap::new(),
             untyped: Inferred::default(),
             mapped: (0..tables).map(|_| ChunkBuf::default()).collect(),
-            mapped_names: mapped.map_or_else(Vec::new, |(_, t)| t.column_names()),
             row_names: mapped.map_or_else(Vec::new, |(m, _)| crate::normalize::apply::row_names(m)),
             mapped_slots: Vec::new(),
             rejects: ChunkBuf::default(),
@@ -492,8 +490,8 @@ pub fn read_all(
             shapes.entry(k).or_default().merge(&s.shape);
         }
         slot_names.insert((w.worker, TableId::Untyped), w.untyped.shape.names());
-        for (t, names) in w.mapped_names.into_iter().enumerate() {
-            slot_names.insert((w.worker, TableId::Mapped(t as u32)), names);
+        for (t, names) in w.row_names.iter().enumerate() {
+            slot_names.insert((w.worker, TableId::Mapped(t as u32)), names.iter().map(|n| Box::from(*n)).collect());
         }
         untyped.merge(&w.untyped.shape);
         chunks.extend(w.chunks);
