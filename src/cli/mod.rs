@@ -180,6 +180,15 @@ pub struct UnwindArgs {
     /// a conditional PUT, so no lock table is needed).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t)]
     pub format: FormatArg,
+    /// With `--format delta`: the tables take Delta deletion vectors (table property
+    /// `delta.enableDeletionVectors`, protocol reader 3 / writer 7), so merging an incremental
+    /// export marks the rows of changed keys deleted in one small file per commit instead of
+    /// rewriting every data file that holds one. Readers need deletion-vector support (Spark,
+    /// Trino, DuckDB's `delta` extension, deltalake's DataFusion reader and `etl sql`; the Python
+    /// `deltalake` package's pyarrow dataset refuses such tables). An output keeps them once a
+    /// run asked for them.
+    #[arg(long, hide_short_help = true)]
+    pub deletion_vectors: bool,
     /// Process shard I of N (counted from 0) of the export's data files, for a job array: each
     /// shard reads about 1/N of the bytes and writes only under `OUT/_etl/shards/`, invisible to
     /// readers; `etl commit OUT` then publishes all N shards as one run would have written the

@@ -22,6 +22,8 @@ pub enum SettingsError {
     TypeAttributeConflict { given: String, mapping: String },
     #[error("`--max-rcu-per-second {0}` must be a positive number")]
     BadRcu(f64),
+    #[error("`--deletion-vectors` is a property of Delta tables, and this run writes Parquet")]
+    DeletionVectorsWithoutDelta,
 }
 
 impl SettingsError {
@@ -32,6 +34,7 @@ impl SettingsError {
                 Some("drop `--type-attribute`, or change `[settings] type_attribute` in the mapping")
             }
             SettingsError::BadRcu(_) => None,
+            SettingsError::DeletionVectorsWithoutDelta => Some("add `--format delta`, or drop `--deletion-vectors`"),
         }
     }
 }
@@ -58,6 +61,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         allow_gap,
         on_drift,
         format,
+        deletion_vectors,
         shard,
         phase,
         aws,
@@ -99,6 +103,10 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         super::FormatArg::Parquet => Format::Parquet,
         super::FormatArg::Delta => Format::Delta,
     };
+    if deletion_vectors && s.format != Format::Delta {
+        return Err(SettingsError::DeletionVectorsWithoutDelta);
+    }
+    s.deletion_vectors = deletion_vectors;
     s.shard = shard.map(|shard| ShardRun {
         shard,
         phase: match phase {
@@ -137,6 +145,13 @@ mod tests {
         assert_eq!(unwind(args(&["e", "--out", "o", "--on-drift", "fail"]), None, 8).unwrap().on_drift, OnDrift::Fail);
         assert_eq!(s.format, Format::Parquet);
         assert_eq!(unwind(args(&["e", "--out", "o", "--format", "delta"]), None, 8).unwrap().format, Format::Delta);
+        let dv = unwind(args(&["e", "--out", "o", "--format", "delta", "--deletion-vectors"]), None, 8).unwrap();
+        assert!(dv.deletion_vectors);
+        assert!(!unwind(args(&["e", "--out", "o", "--format", "delta"]), None, 8).unwrap().deletion_vectors);
+        assert_eq!(
+            unwind(args(&["e", "--out", "o", "--deletion-vectors"]), None, 8).unwrap_err(),
+            SettingsError::DeletionVectorsWithoutDelta
+        );
         let s = unwind(args(&["e", "--out", "s3://lake/shop", "--threads", "3", "--strict"]), None, 8).unwrap();
         assert!(matches!(s.target, Target::Object(_)));
         assert_eq!((s.threads, s.strict), (3, true));

@@ -81,6 +81,9 @@ pub struct UnwindSettings {
     pub on_drift: OnDrift,
     /// Plain Parquet tables, or Delta tables (local folders only; incrementals merged).
     pub format: Format,
+    /// `--deletion-vectors` (Delta tables only): the tables take deletion vectors, and a MERGE
+    /// marks the rows of changed keys deleted instead of rewriting the files holding them.
+    pub deletion_vectors: bool,
     /// `--shard I/N`: one phase of one shard of a sharded run ([`shard`]).
     pub shard: Option<shard::ShardRun>,
 }
@@ -106,6 +109,7 @@ impl UnwindSettings {
             allow_gap: false,
             on_drift: OnDrift::Allow,
             format: Format::Parquet,
+            deletion_vectors: false,
             shard: None,
         }
     }
@@ -336,7 +340,8 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             .and(chain.as_ref())
             .map(|c| sink::delta::MergeKeys { key_attributes: c.key_names.clone(), keys: c.new_keys.clone() });
         let txn_version = delta_txn_version(manifest.state.as_ref(), &plan);
-        sink.delta_run(sink::delta::DeltaRun { txn_version, merge });
+        let deletion_vectors = settings.deletion_vectors;
+        sink.delta_run(sink::delta::DeltaRun { txn_version, merge, deletion_vectors });
     }
     publish(sink, manifest, schemas, settings, progress)
 }
@@ -445,6 +450,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> Result<(RunManifest, Vec<TableSchema>
         drift,
         state,
         delta_history: Vec::new(),
+        deletion_vectors: false,
         warnings,
         timings_ms: timings,
         run_id: None,

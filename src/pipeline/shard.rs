@@ -145,6 +145,9 @@ pub struct RunKey {
     pub row_group_bytes: usize,
     pub target_file_bytes: u64,
     pub delta: bool,
+    /// `--deletion-vectors` (absent when not given, so earlier keys stay the same).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deletion_vectors: bool,
     pub strict: bool,
     pub allow_mismatch: bool,
     pub max_rejects: Option<u64>,
@@ -175,6 +178,7 @@ impl RunKey {
             row_group_bytes: settings.row_groups.bytes,
             target_file_bytes: settings.target_file_bytes,
             delta: settings.format == Format::Delta,
+            deletion_vectors: settings.deletion_vectors,
             strict: settings.strict,
             allow_mismatch: settings.allow_mismatch,
             max_rejects: settings.max_rejects,
@@ -197,6 +201,7 @@ impl RunKey {
         s.target_file_bytes = self.target_file_bytes;
         s.on_drift = if self.on_drift_fail { OnDrift::Fail } else { OnDrift::Allow };
         s.format = if self.delta { Format::Delta } else { Format::Parquet };
+        s.deletion_vectors = self.deletion_vectors;
         s.allow_gap = self.allow_gap;
         Ok(s)
     }
@@ -775,7 +780,8 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     super::list_compacted(&mut manifest, compacted);
     if settings.format == Format::Delta {
         let txn_version = super::delta_txn_version(manifest.state.as_ref(), &plan);
-        sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None });
+        let deletion_vectors = settings.deletion_vectors;
+        sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None, deletion_vectors });
     }
     progress.set_phase(super::Phase::Committing);
     let summary = super::publish(sink, manifest, schemas, &settings, progress)?;

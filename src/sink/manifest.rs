@@ -77,6 +77,10 @@ pub struct RunManifest {
     /// it; `etl sql --as-of` reads an earlier entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delta_history: Vec<OutputVersion>,
+    /// Delta outputs: the tables take deletion vectors (`--deletion-vectors`, given to this run
+    /// or an earlier one), tables later runs create too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deletion_vectors: bool,
     pub warnings: Vec<String>,
     pub timings_ms: Timings,
     /// Set by an object-store commit: the run's id, which its file names carry.
@@ -401,6 +405,13 @@ pub struct DeltaMerge {
     /// Data files this commit added (rewritten files and the file of upserted rows).
     pub files_added: u64,
     pub bytes_added: u64,
+    /// Data files whose changed keys' rows this commit marked deleted in a deletion vector
+    /// instead of rewriting them (`delta.enableDeletionVectors`), and the bytes of the one
+    /// deletion-vector file it wrote for them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub files_marked: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deletion_vector_bytes: u64,
     /// Columns added to the table's schema by this commit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub columns_added: Vec<String>,

@@ -593,7 +593,7 @@ fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
 /// For a `remote` (Ballista) session the table is the version's files as a listing table, which
 /// Ballista can send to its executors (deltalake's provider it cannot). That is exact only while
 /// a version's rows are its files' rows: a table that needs a reader above version 1 (deletion
-/// vectors, column mapping; etl writes neither) is refused.
+/// vectors, which `--deletion-vectors` writes, or column mapping) is refused.
 #[allow(clippy::too_many_arguments)]
 async fn register_delta(
     ctx: &SessionContext,

@@ -391,6 +391,154 @@ fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when
     assert!(every_file > 0, "a table has a changed key in every file");
 }
 
+/// The rows each table of `out` holds, as `delta_read.py` reads them with the Python `deltalake`
+/// package (`delta_rows`) and DuckDB (`duckdb_rows`), at the versions `_etl/run.json` names.
+fn python_delta_rows(py: &str, out: &Path, names: &[String]) -> Json {
+    let step = versions(out);
+    let args: Vec<String> = names.iter().map(|n| format!("{n}@{}", step[n])).collect();
+    let r = std::process::Command::new(py)
+        .arg(root().join("tests/interop/delta_read.py"))
+        .arg(out)
+        .args(&args)
+        .output()
+        .expect("run python");
+    assert!(r.status.success(), "delta_read.py: {}", String::from_utf8_lossy(&r.stderr));
+    let read: Json = serde_json::from_slice(&r.stdout).unwrap();
+    names.iter().zip(&args).map(|(n, a)| (n.clone(), read[a].clone())).collect::<serde_json::Map<_, _>>().into()
+}
+
+/// The canonical rows of each table of a Parquet output, as `read_back.py` reads them (pyarrow).
+fn python_parquet_rows(py: &str, out: &Path, names: &[String]) -> Json {
+    let r = std::process::Command::new(py)
+        .arg(root().join("tests/interop/read_back.py"))
+        .arg(out)
+        .args(names)
+        .output()
+        .expect("run python");
+    assert!(r.status.success(), "read_back.py: {}", String::from_utf8_lossy(&r.stderr));
+    serde_json::from_slice(&r.stdout).unwrap()
+}
+
+/// `--deletion-vectors`: the tables take them (reader 3 / writer 7, `delta.enableDeletionVectors`),
+/// and each apply of a generated chain (three exports changing 20% of the items each, so keys
+/// change again in files an earlier apply marked) marks the rows of changed keys deleted instead
+/// of rewriting a file: its MERGE removes and adds back each marked file with its new vector,
+/// adds one file of the changed keys' rows, and its counts add up to the table's rows. The later
+/// applies are run without the flag: a table keeps its vectors. After each apply `etl sql`, the
+/// Python `deltalake` package and DuckDB (the files, less the rows the vectors delete) read
+/// exactly the Parquet chain's rows. `etl delta optimize` then rewrites the marked files without
+/// those rows: the same rows, and no vector left.
+#[test]
+fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let out = tmp.path().join("delta");
+    unwind(&[&full], &out, &["--format", "delta", "--deletion-vectors", "--target-file-bytes", "1"], 0);
+    for name in versions(&out).keys() {
+        let log = log_actions(&out.join(name), 0);
+        let protocol = actions(&log, "protocol")[0];
+        assert_eq!(protocol["minReaderVersion"], 3, "`{name}`: {protocol}");
+        assert_eq!(protocol["minWriterVersion"], 7, "`{name}`: {protocol}");
+        assert_eq!(protocol["readerFeatures"], serde_json::json!(["deletionVectors"]), "`{name}`");
+        assert!(protocol["writerFeatures"].as_array().unwrap().contains(&Json::from("deletionVectors")), "`{name}`");
+        assert_eq!(actions(&log, "metaData")[0]["configuration"]["delta.enableDeletionVectors"], "true", "`{name}`");
+    }
+    let py = crate::interop::python();
+    let (mut marked, mut marked_again) = (0, 0);
+    for k in 0..incs.len() {
+        let before = versions(&out);
+        let rows_before: std::collections::BTreeMap<String, u64> = run_report(&out)["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap().to_owned(), t["rows"].as_u64().unwrap()))
+            .collect();
+        unwind(&[&incs[k]], &out, &["--format", "delta"], 0);
+        let reference = tmp.path().join(format!("parquet-{k}"));
+        let chain: Vec<&Path> =
+            std::iter::once(full.as_path()).chain(incs[..=k].iter().map(PathBuf::as_path)).collect();
+        unwind(&chain, &reference, &[], 0);
+        let expected = table_rows(&reference);
+
+        for t in run_report(&out)["tables"].as_array().unwrap() {
+            let name = t["name"].as_str().unwrap();
+            let m = &t["delta_merge"];
+            if m["mode"] != "merge" {
+                continue;
+            }
+            let version = t["delta_version"].as_u64().unwrap();
+            assert_eq!(version, before[name] + 1, "`{name}`: one commit");
+            assert_eq!(m["files_rewritten"], 0, "`{name}`: {m}");
+            assert_eq!(m["bytes_rewritten"], 0, "`{name}`: {m}");
+            let log = log_actions(&out.join(name), version);
+            let removed: Vec<&str> = actions(&log, "remove").iter().map(|r| r["path"].as_str().unwrap()).collect();
+            let adds = actions(&log, "add");
+            let (with_vector, plain): (Vec<&&Json>, Vec<&&Json>) =
+                adds.iter().partition(|a| a.get("deletionVector").is_some_and(|d| !d.is_null()));
+            assert_eq!(removed.len() as u64, m["files_marked"].as_u64().unwrap_or(0), "`{name}`: {m}");
+            assert_eq!(with_vector.len(), removed.len(), "`{name}`: each marked file is added back with its vector");
+            for a in &with_vector {
+                assert!(removed.contains(&a["path"].as_str().unwrap()), "`{name}`: {a}");
+                assert_eq!(a["deletionVector"]["storageType"], "u", "`{name}`");
+            }
+            assert!(plain.iter().all(|a| a["path"].as_str().unwrap().starts_with("part-u")), "`{name}`: {plain:?}");
+            if m["files_marked"].as_u64().unwrap_or(0) > 0 {
+                assert!(m["deletion_vector_bytes"].as_u64().unwrap() > 0, "`{name}`: {m}");
+            }
+            marked += m["files_marked"].as_u64().unwrap_or(0);
+            marked_again += actions(&log, "remove").iter().filter(|r| !r["deletionVector"].is_null()).count();
+            let (removed_rows, upserted) = (m["rows_removed"].as_u64().unwrap(), m["rows_upserted"].as_u64().unwrap());
+            assert_eq!(rows_before[name] - removed_rows + upserted, t["rows"].as_u64().unwrap(), "`{name}`: {m}");
+        }
+        // `etl sql` reads the tables with their vectors applied.
+        let (rt, applied) = session(&out);
+        for (name, rows) in &expected {
+            assert_eq!(count(&rt, &applied, name), rows.len() as i64, "step {k}: `etl sql` rows of `{name}`");
+        }
+        if let Some(py) = &py {
+            let names: Vec<String> = expected.keys().cloned().collect();
+            let delta = python_delta_rows(py, &out, &names);
+            let parquet = python_parquet_rows(py, &reference, &names);
+            for n in &names {
+                assert_eq!(delta[n]["reader"], "datafusion", "`{n}`");
+                assert_eq!(delta[n]["delta_rows"], parquet[n]["pyarrow_rows"], "step {k}: deltalake rows of `{n}`");
+                assert_eq!(delta[n]["duckdb_rows"], parquet[n]["pyarrow_rows"], "step {k}: duckdb rows of `{n}`");
+            }
+        }
+    }
+    assert!(marked > 0, "the applies marked files");
+    assert!(marked_again > 0, "an apply marked a file an earlier apply had marked");
+
+    // A vacuum keeps the vector files the current version's files name.
+    let r = etl(["delta", "vacuum", out.to_str().unwrap(), "--retain", "0s", "--allow-short-retention"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let vectors_left = std::fs::read_dir(out.join("order"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("deletion_vector_"))
+        .count();
+    assert!(vectors_left > 0, "the current version's vectors are kept");
+    let last = tmp.path().join(format!("parquet-{}", incs.len() - 1));
+    let (rt, vacuumed) = session(&out);
+    for (name, rows) in &table_rows(&last) {
+        assert_eq!(count(&rt, &vacuumed, name), rows.len() as i64, "`etl sql` rows of `{name}` after a vacuum");
+    }
+
+    // Optimize rewrites the marked files without the rows their vectors delete.
+    let r = etl(["delta", "optimize", out.to_str().unwrap(), "--target-size", "1G"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let expected = table_rows(&last);
+    let step = versions(&out);
+    for name in expected.keys() {
+        let table = out.join(name);
+        // No file of the optimized version keeps a vector: its rows are exactly its files' rows.
+        assert_eq!(version_rows(&table, step[name]), expected[name], "`{name}` after optimize");
+    }
+    let (rt, optimized) = session(&out);
+    for (name, rows) in &expected {
+        assert_eq!(count(&rt, &optimized, name), rows.len() as i64, "`etl sql` rows of `{name}` after optimize");
+    }
+}
+
 /// A bug's fixture: `\d TABLE` showed the columns of the first file the run report lists, so
 /// after a MERGE added a column, `\d` lacked it when that file was written without it (a file
 /// the MERGE rewrote keeps its columns), though every query sees it. It now shows the version's

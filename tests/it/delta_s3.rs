@@ -299,3 +299,67 @@ fn kill_9_between_s3_delta_table_commits_completes_on_rerun() {
     assert!(modes.contains(&"skipped"), "the table committed before the kill is skipped: {modes:?}");
     assert_eq!(sql_rows(m, &out, &tables), sql_rows(m, s(&c.reference), &tables));
 }
+
+/// `--deletion-vectors` on `s3://`: the chain's applies mark rows instead of rewriting files (the
+/// vector files uploaded beside the tables' data files, read back from S3 by the next apply),
+/// `etl sql` and the Python `deltalake` package read the local chain's rows, and `etl delta
+/// optimize` rewrites the marked files without the rows their vectors delete.
+#[test]
+fn deletion_vectors_on_s3_delta_tables_give_the_chains_rows() {
+    let Some(m) = moto() else { return };
+    let c = Case::new(m, "delta-s3-dv");
+    let out = c.out_url("lake/");
+    etl_aws(m, &["unwind", &c.export_url(&c.full), "--out", &out, "--format", "delta", "--deletion-vectors"], 0);
+    let (mut marked, mut marked_again) = (0, 0);
+    for inc in &c.incs {
+        etl_aws(m, &["unwind", &c.export_url(inc), "--out", &out, "--format", "delta"], 0);
+        let report = s3_report(m, &c.bucket, "lake/");
+        assert_eq!(report["deletion_vectors"], true, "the output keeps them");
+        for t in report["tables"].as_array().unwrap() {
+            let merge = &t["delta_merge"];
+            if merge["mode"] == "merge" {
+                assert_eq!(merge["files_rewritten"], 0, "{}: {merge}", t["name"]);
+                marked += merge["files_marked"].as_u64().unwrap_or(0);
+                let name = t["name"].as_str().unwrap();
+                let log = s3_get(
+                    m,
+                    &c.bucket,
+                    &format!("lake/{name}/_delta_log/{:020}.json", t["delta_version"].as_u64().unwrap()),
+                );
+                let text = String::from_utf8(log).unwrap();
+                marked_again +=
+                    text.lines().filter(|l| l.contains("\"remove\"") && l.contains("\"deletionVector\":{")).count();
+            }
+        }
+    }
+    assert!(marked > 0, "the applies marked files");
+    assert!(marked_again > 0, "the second apply marked a file the first had marked, reading its vector from S3");
+    assert!(s3_keys(m, &c.bucket, "lake/").iter().any(|k| k.contains("/deletion_vector_")), "vector files on S3");
+
+    let tables = tables_of(&c.reference);
+    let want = sql_rows(m, s(&c.reference), &tables);
+    assert_eq!(sql_rows(m, &out, &tables), want);
+    let delta = delta_read(m, &out, &tables);
+    let names: Vec<&str> = tables.iter().map(String::as_str).collect();
+    let parquet = crate::interop::read_back(&m.python, &c.reference, &names);
+    for t in &tables {
+        assert_eq!(delta[t]["reader"], "datafusion", "{t}");
+        assert_eq!(delta[t]["delta_rows"], parquet[t]["pyarrow_rows"], "deltalake values of {t}");
+    }
+
+    etl_aws(m, &["delta", "optimize", &out, "--target-size", "1G"], 0);
+    assert_eq!(sql_rows(m, &out, &tables), want, "optimize changes no row");
+    let report = s3_report(m, &c.bucket, "lake/");
+    for t in report["tables"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let log =
+            s3_get(m, &c.bucket, &format!("lake/{name}/_delta_log/{:020}.json", t["delta_version"].as_u64().unwrap()));
+        let text = String::from_utf8(log).unwrap();
+        if text.contains("\"OPTIMIZE\"") {
+            assert!(
+                text.lines().filter(|l| l.contains("\"add\"")).all(|l| !l.contains("\"deletionVector\":{")),
+                "{name}: the compacted files have no vector"
+            );
+        }
+    }
+}

@@ -24,6 +24,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use datafusion::arrow::array::BooleanArray;
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::file::properties::WriterProperties;
@@ -35,7 +37,7 @@ use object_store::ObjectStore;
 use object_store::path::Path as ObjPath;
 
 use super::merge::{BATCH_ROWS, NewFile, arrow_err, delta_err, part_err};
-use super::{DeltaError, Home, is_delta_output};
+use super::{DeltaError, Home, dv, is_delta_output};
 use crate::aws::AwsOptions;
 use crate::sink::SinkError;
 use crate::sink::local::{RUN_REPORT, Staging};
@@ -273,15 +275,18 @@ pub fn optimize(
             .iter()
             .map(|f| (f.path().into_owned(), f.size().max(0) as u64, f.remove_action(false)))
             .collect();
-        // Small files, each with a local copy (in a folder, the file itself), grouped by their
-        // exact schema (in the order the log lists them). One small file alone stays as it is.
+        // Small files and files with a deletion vector (rewritten without the rows it deletes),
+        // each with a local copy (in a folder, the file itself), grouped by their exact schema (in
+        // the order the log lists them). One small file alone stays as it is.
+        let rewritten = |(_, size, remove): &LiveFile| *size < target_bytes || remove.deletion_vector.is_some();
         let mut groups: Vec<(SchemaRef, Vec<(LiveFile, PathBuf)>)> = Vec::new();
         let mut copies = Vec::new();
-        if files.iter().filter(|(_, size, _)| *size < target_bytes).count() > 1 {
-            for (rel, size, remove) in files.iter().cloned() {
-                if size >= target_bytes {
+        if files.iter().filter(|f| rewritten(f)).count() > 1 || files.iter().any(|f| f.2.deletion_vector.is_some()) {
+            for f in files.iter().cloned() {
+                if !rewritten(&f) {
                     continue;
                 }
+                let (rel, size, remove) = f;
                 let path = home.local_copy(&rel, &scratch)?;
                 copies.push(path.clone());
                 let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
@@ -315,7 +320,8 @@ pub fn optimize(
         let mut added = Vec::new();
         let mut removed = std::collections::HashSet::new();
         let mut n = 0usize;
-        for (schema, group) in groups.into_iter().filter(|(_, g)| g.len() > 1) {
+        let marked = |g: &[(LiveFile, PathBuf)]| g.iter().any(|((_, _, r), _)| r.deletion_vector.is_some());
+        for (schema, group) in groups.into_iter().filter(|(_, g)| g.len() > 1 || marked(g)) {
             let mut out_file: Option<(NewFile, u64)> = None;
             for ((rel, size, remove), path) in group {
                 // A new file when this one would take the current one past the target.
@@ -332,14 +338,33 @@ pub fn optimize(
                     out_file = Some((NewFile::create(dir, name, schema.clone(), props, &t.name)?, 0));
                 }
                 let Some((f, bytes)) = out_file.as_mut() else { continue };
+                let deleted = match &remove.deletion_vector {
+                    Some(d) => Some(dv::read(&home, d)?.map_err(|reason| DeltaError::DeletionVector {
+                        table: t.name.clone(),
+                        file: rel.clone(),
+                        reason,
+                    })?),
+                    None => None,
+                };
                 let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
                 let reader = ParquetRecordBatchReaderBuilder::try_new(file)
                     .map_err(part_err(&t.name, &path))?
                     .with_batch_size(BATCH_ROWS)
                     .build()
                     .map_err(part_err(&t.name, &path))?;
+                let mut at = 0u64;
                 for batch in reader {
-                    f.write(&batch.map_err(arrow_err(&t.name, &path))?, &t.name)?;
+                    let batch = batch.map_err(arrow_err(&t.name, &path))?;
+                    let n = batch.num_rows() as u64;
+                    match &deleted {
+                        Some(deleted) => {
+                            let live: BooleanArray = (at..at + n).map(|p| Some(!deleted.contains(p))).collect();
+                            let kept = filter_record_batch(&batch, &live).map_err(arrow_err(&t.name, &path))?;
+                            f.write(&kept, &t.name)?;
+                        }
+                        None => f.write(&batch, &t.name)?,
+                    }
+                    at += n;
                 }
                 *bytes += size;
                 removed.insert(format!("{}/{rel}", t.name));

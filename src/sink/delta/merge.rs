@@ -10,6 +10,11 @@
 //! `int64` column of the replay is cast exactly into the table's `decimal`. Anything else (a
 //! wider or other type, a key attribute without a column) is not merged: [`merge`] returns
 //! [`Merged::Replace`] with the reason, and the caller replaces the table in one commit.
+//!
+//! A table that takes deletion vectors ([`dv`], `--deletion-vectors`) is merged without
+//! rewriting a file: the rows of changed keys found in each file (by position, less those its
+//! vector already deletes) are marked in a new vector, and the file is removed and added back
+//! with it in the same commit as the file of the changed keys' rows.
 //! This module never replaces a table, never deletes a file, and never writes outside the table.
 
 use std::collections::HashSet;
@@ -23,14 +28,15 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::ProjectionMask;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection};
 use datafusion::parquet::file::properties::WriterProperties;
 use deltalake::DeltaTable;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, MetadataExt as _, StructType, Transaction};
+use deltalake::kernel::{Action, Add, DeletionVectorDescriptor, MetadataExt as _, Remove, StructType, Transaction};
 use deltalake::protocol::DeltaOperation;
+use roaring::RoaringTreemap;
 
-use super::{DeltaError, Home, TXN_APP_ID, add_action, delta_schema, sync};
+use super::{DeltaError, Home, TXN_APP_ID, add_action, delta_schema, dv, sync};
 use crate::normalize::BatchBuilder;
 use crate::schema::TableSchema;
 use crate::sink::SinkError;
@@ -65,6 +71,9 @@ pub struct MergeInput<'a> {
     pub props: &'a WriterProperties,
     /// Names this run's files.
     pub tag: &'a str,
+    /// The run asks for deletion vectors (`--deletion-vectors`): a table without them gets them
+    /// (one commit setting `delta.enableDeletionVectors`) before it is merged.
+    pub deletion_vectors: bool,
 }
 
 /// Rows per batch read back from a data file.
@@ -306,6 +315,55 @@ impl NewFile {
     }
 }
 
+/// A data file of the version a merge reads.
+struct Live {
+    rel: String,
+    size: i64,
+    /// The action that removes it (with its deletion vector, if it has one).
+    remove: Remove,
+    /// Its `add` action without a deletion vector.
+    add: Add,
+    deleted: Option<DeletionVectorDescriptor>,
+}
+
+/// The file of the changed keys' current rows (not yet finished), picked out of the replay's
+/// complete table (`parts`) and laid out as `plan` says; `Ok(Err(reason))` when the table
+/// cannot be merged. Each part's rows of changed keys are found by its key columns alone, then
+/// only those rows are read whole (a row selection: the other rows are skipped, not decoded).
+fn upserted_rows(
+    parts: &[PathBuf],
+    keyset: &KeySet,
+    plan: &Plan,
+    dir: &Path,
+    props: &WriterProperties,
+    table: &str,
+    tag: &str,
+) -> Result<Result<NewFile, String>, SinkError> {
+    let mut upserts = NewFile::create(dir, format!("part-u00000-{tag}.parquet"), plan.schema.clone(), props, table)?;
+    for part in parts {
+        let count = match changed_rows(part, table, keyset)? {
+            Ok(Some(count)) => count,
+            Ok(None) => return Ok(Err("a part of this run lacks a key column".into())),
+            Err(reason) => return Ok(Err(reason)),
+        };
+        if count.positions.is_empty() {
+            continue;
+        }
+        let rows = count.positions.iter().map(|&p| p as usize..p as usize + 1);
+        let selection = RowSelection::from_consecutive_ranges(rows, count.rows as usize);
+        let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
+        let reader =
+            reader.with_row_selection(selection).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))?;
+        for batch in reader {
+            let picked = batch.map_err(arrow_err(table, part))?;
+            let laid = conform(&picked, plan).map_err(arrow_err(table, part))?;
+            upserts.write(&laid, table)?;
+        }
+    }
+    Ok(Ok(upserts))
+}
+
 /// Applies the changed keys of `input` to its Delta table in one commit.
 pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let MergeInput {
@@ -321,9 +379,13 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         txn_version,
         props,
         tag,
+        deletion_vectors,
     } = input;
     let fail = delta_err(table, &home.shown());
     let Some(contract) = contract else { return Ok(Merged::Replace("the table has no key columns".into())) };
+    let table_handle = if deletion_vectors { dv::enable(table_handle).map_err(&fail)? } else { table_handle };
+    // Rows of changed keys are marked deleted in deletion vectors instead of files rewritten.
+    let marking = dv::enabled(&table_handle);
     let snapshot = table_handle.snapshot().map_err(&fail)?;
     let current_delta = snapshot.schema();
     let current_arrow = snapshot.snapshot().arrow_schema();
@@ -345,24 +407,99 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let mut files = Vec::new();
 
     // The files of the current version that hold a changed key (their key columns read): the
-    // files the commit removes, and the rows of changed keys it removes with them.
-    let current: Vec<(String, i64, deltalake::kernel::Remove)> =
-        snapshot.log_data().iter().map(|f| (f.path().into_owned(), f.size(), f.remove_action(true))).collect();
+    // files the commit removes (or marks), and the rows of changed keys it removes with them.
+    let current: Vec<Live> = snapshot
+        .log_data()
+        .iter()
+        .map(|f| Live {
+            rel: f.path().into_owned(),
+            size: f.size(),
+            remove: f.remove_action(true),
+            add: Add {
+                path: f.path().into_owned(),
+                partition_values: f.partition_values_map(),
+                size: f.size(),
+                modification_time: f.modification_time(),
+                data_change: true,
+                stats: f.stats(),
+                ..Default::default()
+            },
+            deleted: f.deletion_vector_descriptor(),
+        })
+        .collect();
     let total = current.len();
     let mut holding = Vec::with_capacity(total);
-    for (rel, size, remove) in current {
-        let path = home.local_copy(&rel, scratch)?;
-        match changed_rows(&path, table, &keyset)? {
-            Ok(Some(KeyCount { changed: 0, .. })) => home.done_with(&path),
-            Ok(Some(count)) => {
-                report.files_rewritten += 1;
-                report.bytes_rewritten += size.max(0).unsigned_abs();
-                report.rows_removed += count.changed;
-                holding.push((rel, remove, path));
-            }
-            Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
+    let mut marked: Vec<(Live, RoaringTreemap)> = Vec::new();
+    for live in current {
+        let path = home.local_copy(&live.rel, scratch)?;
+        let count = match changed_rows(&path, table, &keyset)? {
+            Ok(Some(count)) => count,
+            Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.rel))),
             Err(reason) => return Ok(Merged::Replace(reason)),
+        };
+        if marking {
+            home.done_with(&path);
+            let deleted = match &live.deleted {
+                Some(d) => match dv::read(home, d)? {
+                    Ok(rows) => rows,
+                    Err(reason) => return Ok(Merged::Replace(reason)),
+                },
+                None => RoaringTreemap::new(),
+            };
+            // Rows an earlier commit marked are gone already: only the live ones are removed.
+            let fresh: RoaringTreemap = count.positions.iter().copied().filter(|p| !deleted.contains(*p)).collect();
+            if !fresh.is_empty() {
+                report.files_marked += 1;
+                report.rows_removed += fresh.len();
+                marked.push((live, deleted | fresh));
+            }
+        } else if live.deleted.is_some() {
+            // Rewriting it would bring back the rows its vector deletes.
+            home.done_with(&path);
+            return Ok(Merged::Replace(format!(
+                "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
+                live.rel,
+                dv::ENABLE
+            )));
+        } else if count.changed == 0 {
+            home.done_with(&path);
+        } else {
+            report.files_rewritten += 1;
+            report.bytes_rewritten += live.size.max(0).unsigned_abs();
+            report.rows_removed += count.changed;
+            holding.push((live.rel, live.remove, path));
         }
+    }
+    if marking {
+        let upserts = match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag)? {
+            Ok(u) => u,
+            Err(reason) => return Ok(Merged::Replace(reason)),
+        };
+        report.rows_upserted = upserts.rows;
+        if !marked.is_empty() {
+            let vectors: Vec<RoaringTreemap> = marked.iter().map(|(_, rows)| rows.clone()).collect();
+            let (descriptors, bytes) = dv::write(home, scratch, &vectors)?;
+            report.deletion_vector_bytes = bytes;
+            for ((live, _), descriptor) in marked.into_iter().zip(descriptors) {
+                actions.push(Action::Remove(live.remove));
+                actions.push(Action::Add(Add { deletion_vector: Some(descriptor), ..live.add }));
+            }
+        }
+        if let Some((add, r)) = upserts.finish_into(home, table)? {
+            actions.push(add);
+            files.push(r);
+        }
+        return commit(Commit {
+            table,
+            home,
+            table_handle: &table_handle,
+            plan: &plan,
+            keyset: &keyset,
+            txn_version,
+            actions,
+            report,
+            files,
+        });
     }
     // Every file holds a changed key: rewriting each without those rows and adding the changed
     // keys' rows gives the replay's complete table, which the run has already written in the
@@ -399,28 +536,10 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         }
     } else {
         // The changed keys' current rows, from the replay's complete table.
-        let mut upserts = NewFile::create(
-            home.write_dir(scratch),
-            format!("part-u00000-{tag}.parquet"),
-            plan.schema.clone(),
-            props,
-            table,
-        )?;
-        for part in &parts {
-            let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
-            for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))? {
-                let batch = batch.map_err(arrow_err(table, part))?;
-                let mask = match keyset.matches(&batch) {
-                    Ok(Some(m)) => m,
-                    Ok(None) => return Ok(Merged::Replace("a part of this run lacks a key column".into())),
-                    Err(reason) => return Ok(Merged::Replace(reason)),
-                };
-                let picked = filter_record_batch(&batch, &mask).map_err(arrow_err(table, part))?;
-                let laid = conform(&picked, &plan).map_err(arrow_err(table, part))?;
-                upserts.write(&laid, table)?;
-            }
-        }
+        let upserts = match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag)? {
+            Ok(u) => u,
+            Err(reason) => return Ok(Merged::Replace(reason)),
+        };
         report.rows_upserted = upserts.rows;
 
         // The files holding a changed key, rewritten without those rows.
@@ -531,6 +650,8 @@ fn commit(c: Commit<'_>) -> Result<Merged, SinkError> {
 struct KeyCount {
     /// Rows holding a changed key.
     changed: u64,
+    /// Their positions in the file (from 0), ascending.
+    positions: Vec<u64>,
     rows: u64,
     row_groups: usize,
 }
@@ -550,17 +671,19 @@ fn changed_rows(path: &Path, table: &str, keyset: &KeySet) -> Result<Result<Opti
     }
     let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
     let row_groups = builder.metadata().num_row_groups();
-    let (mut changed, mut rows) = (0, 0);
+    let (mut positions, mut rows) = (Vec::new(), 0u64);
     for batch in builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, path))? {
         let batch = batch.map_err(arrow_err(table, path))?;
         match keyset.matches(&batch) {
-            Ok(Some(m)) => changed += m.true_count() as u64,
+            Ok(Some(m)) => {
+                positions.extend(m.iter().enumerate().filter(|(_, b)| *b == Some(true)).map(|(i, _)| rows + i as u64))
+            }
             Ok(None) => return Ok(Ok(None)),
             Err(reason) => return Ok(Err(reason)),
         }
         rows += batch.num_rows() as u64;
     }
-    Ok(Ok(Some(KeyCount { changed, rows, row_groups })))
+    Ok(Ok(Some(KeyCount { changed: positions.len() as u64, positions, rows, row_groups })))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! by ONE Delta commit whose data files are exactly the Parquet parts the pipeline wrote through
 //! [`PartWriter`] (same bytes, types and field metadata as the Parquet output). Incremental
 //! exports applied onto a Delta output are ONE copy-on-write MERGE commit per table ([`merge`]):
-//! only the files holding a changed key are rewritten. `_etl/run.json`, written last, records
+//! only the files holding a changed key are rewritten, or none, when the table takes deletion
+//! vectors ([`dv`], `--deletion-vectors`). `_etl/run.json`, written last, records
 //! each table's committed version (also in the run state, `_etl/state.json`) and appends the
 //! run's consistent set of versions to the output's `delta_history`, which `etl sql --as-of` reads.
 //!
@@ -24,6 +25,7 @@
 //! An object-store output (`--out s3://…`) commits the same way through [`object`], with
 //! `_etl/run.json` written last by a conditional PUT instead of a rename.
 
+pub mod dv;
 pub mod home;
 pub mod maintain;
 pub mod merge;
@@ -62,6 +64,9 @@ pub struct DeltaRun {
     pub txn_version: Option<i64>,
     /// Set when incremental exports are applied onto an existing output: MERGE each table.
     pub merge: Option<MergeKeys>,
+    /// `--deletion-vectors`: every table this run commits takes deletion vectors ([`dv`]); an
+    /// output that has them keeps them whatever later runs ask (`RunManifest::deletion_vectors`).
+    pub deletion_vectors: bool,
 }
 
 /// The keys a run's new incremental exports changed.
@@ -115,6 +120,9 @@ pub enum DeltaError {
     Unpublished { table: String, path: String, named: u64, version: u64, operation: String },
     #[error("vacuuming Delta table `{table}` at `{path}`: {source}")]
     Vacuum { table: String, path: String, source: Box<DeltaTableError> },
+    /// A data file's deletion vector cannot be read, so its live rows are unknown.
+    #[error("the deletion vector of `{file}` in Delta table `{table}` cannot be read: {reason}")]
+    DeletionVector { table: String, file: String, reason: String },
 }
 
 impl DeltaError {
@@ -141,6 +149,9 @@ impl DeltaError {
             }
             DeltaError::Unpublished { .. } => Some(
                 "let that run finish, or run the same `etl unwind … --format delta` again to complete it, then maintain the output",
+            ),
+            DeltaError::DeletionVector { .. } => Some(
+                "the table's log names a deletion-vector file that is missing or damaged; restore it from a backup, or unwind the exports again into a new output",
             ),
             DeltaError::Commit { .. } | DeltaError::Open { .. } => None,
         }
@@ -346,6 +357,9 @@ pub(super) fn commit_tables(
     schemas: &[TableSchema],
 ) -> Result<Placed, SinkError> {
     let TablesCommit { home, staging, scratch, props, tag, run, previous, stored } = *c;
+    // Once an output takes deletion vectors, so do the tables later runs create.
+    let vectors = run.deletion_vectors || previous.is_some_and(|p| p.deletion_vectors);
+    manifest.deletion_vectors = vectors;
     let contracts: HashMap<&str, &TableSchema> = schemas.iter().map(|s| (s.table.as_str(), s)).collect();
     let mut files = 0;
     let mut bytes = 0;
@@ -420,6 +434,7 @@ pub(super) fn commit_tables(
                 txn_version: run.txn_version,
                 props,
                 tag,
+                deletion_vectors: vectors,
             });
             match merged {
                 Ok(merge::Merged::Done { version, report, files: added }) => {
@@ -461,7 +476,8 @@ pub(super) fn commit_tables(
         }
         at.settle()?;
         let columns = delta_schema(&table.name, &schema)?;
-        let version = match commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref()) {
+        let dvs = vectors || existing.as_ref().is_some_and(dv::enabled);
+        let version = match commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref(), dvs) {
             Ok(v) => v,
             Err(e) => {
                 let version = after_conflict(e, &at, run, &table.name, tag)?;
@@ -504,7 +520,8 @@ pub(super) fn commit_tables(
         };
         let t = io.block_on(at.open(None)).map_err(fail)?;
         let columns = StructType::clone(&t.snapshot().map_err(fail)?.schema());
-        match commit_table(&at, &gone.name, columns, Vec::new(), run.txn_version, Some(&t)) {
+        let dvs = dv::enabled(&t);
+        match commit_table(&at, &gone.name, columns, Vec::new(), run.txn_version, Some(&t), dvs) {
             Ok(version) => {
                 tracing::info!(table = %gone.name, version, "emptied the Delta table: this run has no rows for it")
             }
@@ -678,6 +695,7 @@ fn written_schema(path: &Path, table: &str) -> Result<Schema, SinkError> {
 /// is replaced as `read` (the version this run read and checked) holds it, by a commit of the
 /// version after it: it fails if that version was taken ([`after_conflict`] decides). In a
 /// folder, which the run's lock keeps to itself, deltalake's create-or-replace does it.
+/// `deletion_vectors`: the table takes them (`delta.enableDeletionVectors`) after the commit.
 fn commit_table(
     at: &Home,
     table: &str,
@@ -685,6 +703,7 @@ fn commit_table(
     adds: Vec<Action>,
     txn: Option<i64>,
     read: Option<&deltalake::DeltaTable>,
+    deletion_vectors: bool,
 ) -> Result<u64, SinkError> {
     let path = at.shown();
     let fail = |source: DeltaTableError| {
@@ -697,6 +716,10 @@ fn commit_table(
         props = props.with_application_transaction(Transaction::new(TXN_APP_ID, v));
     }
     if let (Home::Object { .. }, Some(read)) = (at, read) {
+        if deletion_vectors && !dv::enabled(read) {
+            let enabled = dv::enable(read.clone()).map_err(fail)?;
+            return replace_read_version(&enabled, columns, adds, props).map_err(fail);
+        }
         return replace_read_version(read, columns, adds, props).map_err(fail);
     }
     let builder = match at {
@@ -709,6 +732,11 @@ fn commit_table(
         .with_save_mode(SaveMode::Overwrite)
         .with_commit_properties(props)
         .with_actions(adds);
+    let builder = if deletion_vectors {
+        builder.with_configuration_property(deltalake::TableProperty::EnableDeletionVectors, Some("true"))
+    } else {
+        builder
+    };
     let committed = crate::store::io_runtime().block_on(async { builder.await }).map_err(fail)?;
     committed.version().ok_or_else(|| fail(DeltaTableError::Generic("the commit returned no version".into())))
 }
