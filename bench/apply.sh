@@ -19,7 +19,9 @@
 # BENCH_RUNS runs (default 3); every apply starts from a fresh copy of the full unwind's output
 # (the copy is not timed). BENCH_FORMAT=delta times `--format delta` instead: the full unwind
 # creates Delta tables, the apply is one MERGE commit per table (target: less than a fifth), and
-# the bytes each MERGE rewrote are listed from the run report. Each run also times every item
+# the bytes each MERGE rewrote are listed from the run report; BENCH_FORMAT=delta-dv is the same
+# with `--deletion-vectors` (the MERGE marks rows of changed keys deleted instead of rewriting
+# files; the files it marked and the vector bytes are listed too). Each run also times every item
 # table of the full output read and rewritten once (`etl sql` `COPY`): what an apply that
 # rewrites the tables cannot go below, whatever it does about the changes.
 set -euo pipefail
@@ -29,7 +31,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/etl/target}"
 ETL="${ETL_BIN:-$CARGO_TARGET_DIR/release/etl}"
 RUNS="${BENCH_RUNS:-3}"
 FORMAT="${BENCH_FORMAT:-parquet}"
-case "$FORMAT" in parquet | delta) ;; *) echo "error: BENCH_FORMAT must be parquet or delta, got \`$FORMAT\`" >&2; exit 2 ;; esac
+case "$FORMAT" in
+    parquet | delta) FORMAT_ARGS=(--format "$FORMAT") ;;
+    delta-dv) FORMAT_ARGS=(--format delta --deletion-vectors) ;;
+    *) echo "error: BENCH_FORMAT must be parquet, delta or delta-dv, got \`$FORMAT\`" >&2; exit 2 ;;
+esac
 items=2000000
 inc=""
 while [ $# -gt 0 ]; do
@@ -104,21 +110,21 @@ if [ "$HISTORY" -gt 0 ]; then
     [ "${#incs[@]}" -gt "$HISTORY" ] || { log "$FULL holds ${#incs[@]} incremental exports; BENCH_HISTORY=$HISTORY needs $((HISTORY + 1))"; exit 2; }
     log "applying $HISTORY incremental exports one at a time (not timed)"
     rm -rf "$WORK/history"
-    "$ETL" unwind -q "$FULL_DIR" --out "$WORK/history" --format "$FORMAT"
+    "$ETL" unwind -q "$FULL_DIR" --out "$WORK/history" "${FORMAT_ARGS[@]}"
     for k in $(seq 0 $((HISTORY - 1))); do
-        "$ETL" unwind -q "${incs[$k]}" --out "$WORK/history" --format "$FORMAT"
+        "$ETL" unwind -q "${incs[$k]}" --out "$WORK/history" "${FORMAT_ARGS[@]}"
     done
     next="${incs[$HISTORY]}"
     chain_t=() next_t=()
     for r in $(seq "$RUNS"); do
         rm -rf "$WORK/apply"
         cp -a "$WORK/history" "$WORK/apply"
-        next_t+=("$(seconds "$ETL" unwind -q "$next" --out "$WORK/apply" --format "$FORMAT")")
+        next_t+=("$(seconds "$ETL" unwind -q "$next" --out "$WORK/apply" "${FORMAT_ARGS[@]}")")
         rm -rf "$WORK/chain"
-        chain_t+=("$(seconds "$ETL" unwind -q "$FULL_DIR" "${incs[@]:0:$((HISTORY + 1))}" --out "$WORK/chain" --format "$FORMAT")")
+        chain_t+=("$(seconds "$ETL" unwind -q "$FULL_DIR" "${incs[@]:0:$((HISTORY + 1))}" --out "$WORK/chain" "${FORMAT_ARGS[@]}")")
     done
     cmp_tables() { (cd "$1" && find . -path ./_etl -prune -o -type f -print | sort | xargs md5sum); }
-    [ "$(cmp_tables "$WORK/apply")" = "$(cmp_tables "$WORK/chain")" ] || [ "$FORMAT" = delta ] \
+    [ "$(cmp_tables "$WORK/apply")" = "$(cmp_tables "$WORK/chain")" ] || [ "$FORMAT" != parquet ] \
         || { log "the apply's tables are not the chain's"; exit 1; }
     base_kb="$(du -sk "$WORK/apply/_etl/base" | cut -f1)"
     exports_bytes="$(for d in "${incs[@]:0:$((HISTORY + 1))}"; do cat "$d/manifest-files.json"; done \
@@ -132,10 +138,10 @@ fi
 full_t=() apply_t=() rewrite_t=()
 for r in $(seq "$RUNS"); do
     rm -rf "$WORK/out"
-    full_t+=("$(seconds "$ETL" unwind -q "$FULL_DIR" --out "$WORK/out" --format "$FORMAT")")
+    full_t+=("$(seconds "$ETL" unwind -q "$FULL_DIR" --out "$WORK/out" "${FORMAT_ARGS[@]}")")
     rm -rf "$WORK/apply"
     cp -a "$WORK/out" "$WORK/apply"
-    apply_t+=("$(seconds "$ETL" unwind -q "$inc" --out "$WORK/apply" --format "$FORMAT")")
+    apply_t+=("$(seconds "$ETL" unwind -q "$inc" --out "$WORK/apply" "${FORMAT_ARGS[@]}")")
     # The floor of any apply that rewrites the tables: each item table read and written once
     # (`COPY` through `etl sql`, zstd level 1 as etl writes), with nothing decoded or looked up.
     python3 - "$WORK/out/_etl/run.json" "$WORK/rewrite" >"$WORK/rewrite.sql" <<'PY'
@@ -158,12 +164,12 @@ echo "format: $FORMAT"
 echo "apply 1% incremental: ${apply_m}s (runs: ${apply_t[*]})"
 rewrite_m="$(median "${rewrite_t[@]}")"
 python3 -c "print(f'every item table read and rewritten once (etl sql COPY): ${rewrite_m}s (runs: ${rewrite_t[*]}) = {$rewrite_m / $full_m:.2f} of the full unwind, the least an apply that rewrites every table can take')"
-if [ "$FORMAT" = delta ]; then
+if [ "$FORMAT" != parquet ]; then
     python3 - "$WORK/apply/_etl/run.json" <<'PY'
 import json, sys
 for t in json.load(open(sys.argv[1]))["tables"]:
     m = t.get("delta_merge") or {}
-    print(f"  {t['name']}: {m.get('mode', '-')}, {m.get('files_rewritten', 0)} files / {m.get('bytes_rewritten', 0)} bytes rewritten, {m.get('files_added', 0)} files / {m.get('bytes_added', 0)} bytes added")
+    print(f"  {t['name']}: {m.get('mode', '-')}, {m.get('files_rewritten', 0)} files / {m.get('bytes_rewritten', 0)} bytes rewritten, {m.get('files_marked', 0)} files marked / {m.get('deletion_vector_bytes', 0)} vector bytes, {m.get('files_added', 0)} files / {m.get('bytes_added', 0)} bytes added")
 PY
     python3 -c "r = $apply_m / $full_m; print(f'apply / full = {r:.2f} (target < 0.20): ' + ('met' if r < 1/5 else 'missed'))"
 else
