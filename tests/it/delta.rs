@@ -391,11 +391,10 @@ fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when
     assert!(every_file > 0, "a table has a changed key in every file");
 }
 
-/// The rows each table of `out` holds, as `delta_read.py` reads them with the Python `deltalake`
-/// package (`delta_rows`) and DuckDB (`duckdb_rows`), at the versions `_etl/run.json` names.
-fn python_delta_rows(py: &str, out: &Path, names: &[String]) -> Json {
-    let step = versions(out);
-    let args: Vec<String> = names.iter().map(|n| format!("{n}@{}", step[n])).collect();
+/// The rows of each table of `out` at its version in `at`, as `delta_read.py` reads them with the
+/// Python `deltalake` package (`delta_rows`) and DuckDB (`duckdb_rows`), by table name.
+fn delta_read_at(py: &str, out: &Path, at: &std::collections::BTreeMap<String, u64>, names: &[String]) -> Json {
+    let args: Vec<String> = names.iter().map(|n| format!("{n}@{}", at[n])).collect();
     let r = std::process::Command::new(py)
         .arg(root().join("tests/interop/delta_read.py"))
         .arg(out)
@@ -405,18 +404,6 @@ fn python_delta_rows(py: &str, out: &Path, names: &[String]) -> Json {
     assert!(r.status.success(), "delta_read.py: {}", String::from_utf8_lossy(&r.stderr));
     let read: Json = serde_json::from_slice(&r.stdout).unwrap();
     names.iter().zip(&args).map(|(n, a)| (n.clone(), read[a].clone())).collect::<serde_json::Map<_, _>>().into()
-}
-
-/// The canonical rows of each table of a Parquet output, as `read_back.py` reads them (pyarrow).
-fn python_parquet_rows(py: &str, out: &Path, names: &[String]) -> Json {
-    let r = std::process::Command::new(py)
-        .arg(root().join("tests/interop/read_back.py"))
-        .arg(out)
-        .args(names)
-        .output()
-        .expect("run python");
-    assert!(r.status.success(), "read_back.py: {}", String::from_utf8_lossy(&r.stderr));
-    serde_json::from_slice(&r.stdout).unwrap()
 }
 
 /// `--deletion-vectors`: the tables take them (reader 3 / writer 7, `delta.enableDeletionVectors`),
@@ -497,8 +484,9 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
         }
         if let Some(py) = &py {
             let names: Vec<String> = expected.keys().cloned().collect();
-            let delta = python_delta_rows(py, &out, &names);
-            let parquet = python_parquet_rows(py, &reference, &names);
+            let delta = delta_read_at(py, &out, &versions(&out), &names);
+            let tables: Vec<&str> = names.iter().map(String::as_str).collect();
+            let parquet = crate::interop::read_back(py, &reference, &tables);
             for n in &names {
                 assert_eq!(delta[n]["reader"], "datafusion", "`{n}`");
                 assert_eq!(delta[n]["delta_rows"], parquet[n]["pyarrow_rows"], "step {k}: deltalake rows of `{n}`");
@@ -746,27 +734,17 @@ fn a_generated_chain_merged_one_export_at_a_time_equals_the_parquet_chain_at_eve
     let Some(py) = crate::interop::python() else { return };
     for (k, (step, reference)) in steps.iter().zip(&references).enumerate() {
         let names: Vec<String> = table_rows(reference).into_keys().collect();
-        let args: Vec<String> = names.iter().map(|n| format!("{n}@{}", step[n])).collect();
-        let r = std::process::Command::new(&py)
-            .arg(root().join("tests/interop/delta_read.py"))
-            .arg(&out)
-            .args(&args)
-            .output()
-            .expect("run python");
-        assert!(r.status.success(), "delta_read.py: {}", String::from_utf8_lossy(&r.stderr));
-        let delta: Json = serde_json::from_slice(&r.stdout).unwrap();
-        let r = std::process::Command::new(&py)
-            .arg(root().join("tests/interop/read_back.py"))
-            .arg(reference)
-            .args(&names)
-            .output()
-            .expect("run python");
-        assert!(r.status.success(), "read_back.py: {}", String::from_utf8_lossy(&r.stderr));
-        let parquet: Json = serde_json::from_slice(&r.stdout).unwrap();
-        for (n, a) in names.iter().zip(&args) {
-            assert_eq!(delta[a]["version"], step[n], "{a}");
-            assert_eq!(delta[a]["delta_rows"], parquet[n]["pyarrow_rows"], "step {k}: deltalake rows of {a}");
-            assert_eq!(delta[a]["duckdb_rows"], parquet[n]["pyarrow_rows"], "step {k}: duckdb rows of {a}");
+        let delta = delta_read_at(&py, &out, step, &names);
+        let tables: Vec<&str> = names.iter().map(String::as_str).collect();
+        let parquet = crate::interop::read_back(&py, reference, &tables);
+        for n in &names {
+            assert_eq!(delta[n]["version"], step[n], "{n}");
+            assert_eq!(
+                delta[n]["delta_rows"], parquet[n]["pyarrow_rows"],
+                "step {k}: deltalake rows of {n}@{}",
+                step[n]
+            );
+            assert_eq!(delta[n]["duckdb_rows"], parquet[n]["pyarrow_rows"], "step {k}: duckdb rows of {n}@{}", step[n]);
         }
     }
 }

@@ -489,23 +489,12 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             actions.push(add);
             files.push(r);
         }
-        return commit(Commit {
-            table,
-            home,
-            table_handle: &table_handle,
-            plan: &plan,
-            keyset: &keyset,
-            txn_version,
-            actions,
-            report,
-            files,
-        });
-    }
-    // Every file holds a changed key: rewriting each without those rows and adding the changed
-    // keys' rows gives the replay's complete table, which the run has already written in the
-    // table's layout when its columns are the table's (in order, then the added ones, with the
-    // same types). Those parts are the commit's new files; nothing is read or encoded again.
-    if total > 0 && holding.len() == total && plan.schema.fields() == new_schema.fields() {
+    } else if total > 0 && holding.len() == total && plan.schema.fields() == new_schema.fields() {
+        // Every file holds a changed key: rewriting each without those rows and adding the
+        // changed keys' rows gives the replay's complete table, which the run has already written
+        // in the table's layout when its columns are the table's (in order, then the added ones,
+        // with the same types). Those parts are the commit's new files; nothing is read or
+        // encoded again.
         let mut counts = Vec::with_capacity(parts.len());
         for part in &parts {
             match changed_rows(part, table, &keyset)? {
