@@ -249,9 +249,15 @@ pub fn table_rows(out: &Path) -> BTreeMap<String, Vec<String>> {
 
 /// Rows of a table as canonical JSON objects (null cells left out), sorted.
 pub fn canonical_rows(dir: &Path) -> Vec<String> {
-    let (_, batches) = read_table(dir);
+    let mut rows = rows_in_order(&read_table(dir).1);
+    rows.sort();
+    rows
+}
+
+/// The rows of `batches` as canonical JSON objects (null cells left out), in their order.
+pub fn rows_in_order(batches: &[RecordBatch]) -> Vec<String> {
     let mut rows = Vec::new();
-    for b in &batches {
+    for b in batches {
         for i in 0..b.num_rows() {
             let mut m = BTreeMap::new();
             for (f, col) in b.schema().fields().iter().zip(b.columns()) {
@@ -262,7 +268,6 @@ pub fn canonical_rows(dir: &Path) -> Vec<String> {
             rows.push(serde_json::to_string(&m).unwrap());
         }
     }
-    rows.sort();
     rows
 }
 

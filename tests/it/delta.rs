@@ -238,37 +238,57 @@ fn deltalake_and_duckdb_read_the_delta_tables_exactly() {
 
 // ---- Incremental exports merged into Delta tables ----
 
-/// The files of a table's Delta version `version`, replayed from its log (`add` minus `remove`).
-fn version_files(table: &Path, version: u64) -> Vec<PathBuf> {
-    let mut live = std::collections::BTreeSet::new();
+/// The `add` actions of a table's Delta version `version`, by path, replayed from its log (in
+/// each commit the removes first: a file marked with a deletion vector is removed and added back).
+fn version_adds(table: &Path, version: u64) -> std::collections::BTreeMap<String, Json> {
+    let mut live = std::collections::BTreeMap::new();
     for v in 0..=version {
         let path = table.join(format!("_delta_log/{v:020}.json"));
         if !path.exists() {
             continue;
         }
-        for a in log_actions(table, v) {
-            if let Some(add) = a.get("add") {
-                live.insert(add["path"].as_str().unwrap().to_owned());
-            }
-            if let Some(rm) = a.get("remove") {
-                live.remove(rm["path"].as_str().unwrap());
-            }
+        let log = log_actions(table, v);
+        for rm in actions(&log, "remove") {
+            live.remove(rm["path"].as_str().unwrap());
+        }
+        for add in actions(&log, "add") {
+            live.insert(add["path"].as_str().unwrap().to_owned(), add.clone());
         }
     }
-    live.into_iter().map(|p| table.join(p)).collect()
+    live
 }
 
-/// The canonical rows of a table's Delta version, read from the files its log lists.
+/// The files of a table's Delta version `version`, replayed from its log (`add` minus `remove`).
+fn version_files(table: &Path, version: u64) -> Vec<PathBuf> {
+    version_adds(table, version).into_keys().map(|p| table.join(p)).collect()
+}
+
+/// The canonical rows of a table's Delta version, read from the files its log lists, less the
+/// rows their deletion vectors delete (read with etl's reader of them, which is the kernel's).
 fn version_rows(table: &Path, version: u64) -> Vec<String> {
-    let files = version_files(table, version);
-    if files.is_empty() {
-        return Vec::new();
+    let home = etl::sink::delta::Home::Dir(table.to_owned());
+    let mut rows = Vec::new();
+    for (rel, add) in version_adds(table, version) {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::hard_link(table.join(&rel), tmp.path().join(&rel)).unwrap();
+        let in_order = rows_in_order(&read_table(tmp.path()).1);
+        match add.get("deletionVector").filter(|d| !d.is_null()) {
+            Some(d) => {
+                let d: deltalake::kernel::DeletionVectorDescriptor = serde_json::from_value(d.clone()).unwrap();
+                let deleted = etl::sink::delta::dv::read(&home, &d).unwrap().unwrap();
+                assert!(
+                    deleted.max().is_none_or(|m| m < in_order.len() as u64),
+                    "{rel}: a vector past the file's rows"
+                );
+                rows.extend(
+                    in_order.into_iter().enumerate().filter(|(i, _)| !deleted.contains(*i as u64)).map(|(_, r)| r),
+                );
+            }
+            None => rows.extend(in_order),
+        }
     }
-    let tmp = tempfile::tempdir().unwrap();
-    for f in files {
-        std::fs::hard_link(&f, tmp.path().join(f.file_name().unwrap())).unwrap();
-    }
-    canonical_rows(tmp.path())
+    rows.sort();
+    rows
 }
 
 /// Each table `_etl/run.json` lists, with its Delta version.
@@ -455,6 +475,7 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
             }
             let version = t["delta_version"].as_u64().unwrap();
             assert_eq!(version, before[name] + 1, "`{name}`: one commit");
+            assert_eq!(version_rows(&out.join(name), version), expected[name], "step {k}: `{name}`, vectors applied");
             assert_eq!(m["files_rewritten"], 0, "`{name}`: {m}");
             assert_eq!(m["bytes_rewritten"], 0, "`{name}`: {m}");
             let log = log_actions(&out.join(name), version);
@@ -518,7 +539,8 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
     let step = versions(&out);
     for name in expected.keys() {
         let table = out.join(name);
-        // No file of the optimized version keeps a vector: its rows are exactly its files' rows.
+        let adds = version_adds(&table, step[name]);
+        assert!(adds.values().all(|a| a["deletionVector"].is_null()), "`{name}`: a vector left after optimize");
         assert_eq!(version_rows(&table, step[name]), expected[name], "`{name}` after optimize");
     }
     let (rt, optimized) = session(&out);
@@ -808,6 +830,20 @@ fn a_repeated_apply_is_a_no_op_and_a_crash_between_table_commits_completes_on_re
 /// still opens the output; a re-run completes with the export applied once to every table.
 #[test]
 fn kill_9_at_random_points_of_a_merge_keeps_every_table_whole() {
+    kill_9_during_merges("kill_9_at_random_points_of_a_merge_keeps_every_table_whole", &["--format", "delta"]);
+}
+
+/// The same with deletion vectors: a vector file written but not committed is never read.
+#[test]
+fn kill_9_at_random_points_of_a_merge_with_deletion_vectors_keeps_every_table_whole() {
+    kill_9_during_merges(
+        "kill_9_at_random_points_of_a_merge_with_deletion_vectors_keeps_every_table_whole",
+        &["--format", "delta", "--deletion-vectors"],
+    );
+}
+
+/// Kills during applies onto outputs made with `flags` (`name` seeds the random times).
+fn kill_9_during_merges(name: &str, flags: &[&str]) {
     use std::os::unix::process::ExitStatusExt as _;
     use std::time::{Duration, Instant};
     let tmp = tempfile::tempdir().unwrap();
@@ -831,12 +867,12 @@ fn kill_9_at_random_points_of_a_merge_keeps_every_table_whole() {
     let apply = |out: &Path| apply_at(out, "");
     // One whole apply, timed, so the kills land inside an apply's span.
     let timed = tmp.path().join("timed");
-    unwind(&[&full], &timed, &["--format", "delta"], 0);
+    unwind(&[&full], &timed, flags, 0);
     let start = Instant::now();
     let status = wait_or_kill(&mut apply(&timed), start, Duration::from_secs(120), "etl");
     assert!(status.success());
     let span = start.elapsed();
-    let mut rng = Rng::new("kill_9_at_random_points_of_a_merge_keeps_every_table_whole");
+    let mut rng = Rng::new(name);
     let (mut landed, mut mixed_runs) = (0, 0);
     // Kills at the commit's steps (the first table committed; every table committed and
     // `_etl/base/` swapped; `_etl/state.json` copied, `_etl/run.json` not yet), then at random
@@ -844,7 +880,7 @@ fn kill_9_at_random_points_of_a_merge_keeps_every_table_whole() {
     let points = ["delta-table-committed", "delta-base-kept", "delta-state-copied"];
     for n in 0..points.len() + 8 {
         let out = tmp.path().join(format!("out-{n}"));
-        unwind(&[&full], &out, &["--format", "delta"], 0);
+        unwind(&[&full], &out, flags, 0);
         let after_full = log_lengths(&out);
         let mut child = apply_at(&out, points.get(n).copied().unwrap_or(""));
         if n >= points.len() {
@@ -907,10 +943,7 @@ fn kill_9_at_random_points_of_a_merge_keeps_every_table_whole() {
             assert!(grew <= 1, "{at}: `{name}` applied {grew} times");
         }
     }
-    eprintln!(
-        "kill_9_at_random_points_of_a_merge_keeps_every_table_whole: {landed} of {} kills landed, {mixed_runs} between two table commits",
-        points.len() + 8
-    );
+    eprintln!("{name}: {landed} of {} kills landed, {mixed_runs} between two table commits", points.len() + 8);
     assert!(landed > points.len(), "the kills at commit steps all land, and one at a random time");
 }
 
