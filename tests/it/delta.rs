@@ -549,6 +549,43 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
     }
 }
 
+/// `--deletion-vectors` given to an apply onto an output made without it: each merged table
+/// takes them by one `SET TBLPROPERTIES` commit, then its MERGE marks rows instead of rewriting
+/// files, and the output keeps the setting.
+#[test]
+fn an_apply_asking_for_deletion_vectors_turns_them_on_for_an_existing_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let out = tmp.path().join("delta");
+    unwind(&[&full], &out, &["--format", "delta"], 0);
+    let before = versions(&out);
+    assert!(run_report(&out).get("deletion_vectors").is_none(), "not asked for yet");
+    unwind(&[&incs[0]], &out, &["--format", "delta", "--deletion-vectors"], 0);
+    let report = run_report(&out);
+    assert_eq!(report["deletion_vectors"], true);
+    let reference = tmp.path().join("parquet");
+    unwind(&[&full, &incs[0]], &reference, &[], 0);
+    let expected = table_rows(&reference);
+    let mut merged = 0;
+    for t in report["tables"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let m = &t["delta_merge"];
+        if m["mode"] != "merge" || m["files_marked"].as_u64().unwrap_or(0) == 0 {
+            continue;
+        }
+        merged += 1;
+        let version = t["delta_version"].as_u64().unwrap();
+        assert_eq!(version, before[name] + 2, "`{name}`: the property's commit, then the MERGE");
+        let table = out.join(name);
+        let set = log_actions(&table, version - 1);
+        assert_eq!(actions(&set, "commitInfo")[0]["operation"], "SET TBLPROPERTIES", "`{name}`");
+        assert_eq!(actions(&set, "protocol")[0]["minReaderVersion"], 3, "`{name}`");
+        assert_eq!(m["files_rewritten"], 0, "`{name}`: {m}");
+        assert_eq!(version_rows(&table, version), expected[name], "`{name}`");
+    }
+    assert!(merged > 0, "a table was merged with vectors");
+}
+
 /// A bug's fixture: `\d TABLE` showed the columns of the first file the run report lists, so
 /// after a MERGE added a column, `\d` lacked it when that file was written without it (a file
 /// the MERGE rewrote keeps its columns), though every query sees it. It now shows the version's
