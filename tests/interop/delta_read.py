@@ -80,6 +80,10 @@ def main():
         vectors = "deletionVectors" in (dt.protocol().reader_features or [])
         if vectors:
             table = pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
+            kept = {
+                local_path(v["filepath"]): v["selection_vector"]
+                for v in pa.table(dt.deletion_vectors().read_all()).to_pylist()
+            }
         else:
             table = dt.to_pyarrow_table()
         names = table.schema.names
@@ -87,9 +91,6 @@ def main():
         if s3:
             dnames, drows = [], []
         elif files and vectors:
-            kept = {}
-            for batch in pa.table(dt.deletion_vectors().read_all()).to_pylist():
-                kept[local_path(batch["filepath"])] = batch["selection_vector"]
             cur = con.execute(
                 "SELECT * FROM read_parquet(?, union_by_name = true, filename = true, file_row_number = true)",
                 [files],
@@ -110,11 +111,6 @@ def main():
         result[arg] = {
             "version": dt.version(),
             "reader": "datafusion" if vectors else "pyarrow",
-            "deleted_rows": sum(
-                r["selection_vector"].count(False) for r in pa.table(dt.deletion_vectors().read_all()).to_pylist()
-            )
-            if vectors
-            else 0,
             "delta_types": {f.name: str(f.type) for f in table.schema},
             "delta_meta": {f.name: dict(f.metadata) for f in dt.schema().fields},
             "delta_rows": sorted(row_json(names, [r[n] for n in names]) for r in table.to_pylist()),

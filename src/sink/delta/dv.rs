@@ -10,6 +10,7 @@
 //! This module never commits: [`super::merge`] puts the descriptors into its `add` actions.
 
 use std::fs;
+use std::future::IntoFuture as _;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,8 +18,6 @@ use buoyant_kernel::actions::deletion_vector::DeletionVectorDescriptor as Kernel
 use buoyant_kernel::actions::deletion_vector_writer::{KernelDeletionVector, StreamingDeletionVectorWriter};
 use buoyant_kernel::{DeltaResult, FileMeta, FileSlice, StorageHandler};
 use bytes::Bytes;
-use std::future::IntoFuture as _;
-
 use deltalake::DeltaTable;
 use deltalake::kernel::{DeletionVectorDescriptor, StorageType};
 use roaring::RoaringTreemap;

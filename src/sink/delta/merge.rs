@@ -32,7 +32,7 @@ use datafusion::parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, 
 use datafusion::parquet::file::properties::WriterProperties;
 use deltalake::DeltaTable;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, DeletionVectorDescriptor, MetadataExt as _, Remove, StructType, Transaction};
+use deltalake::kernel::{Action, Add, MetadataExt as _, Remove, StructType, Transaction};
 use deltalake::protocol::DeltaOperation;
 use roaring::RoaringTreemap;
 
@@ -315,15 +315,13 @@ impl NewFile {
     }
 }
 
-/// A data file of the version a merge reads.
+/// A data file of the version a merge reads: its path and size are the `add`'s, its deletion
+/// vector the `remove`'s.
 struct Live {
-    rel: String,
-    size: i64,
     /// The action that removes it (with its deletion vector, if it has one).
     remove: Remove,
     /// Its `add` action without a deletion vector.
     add: Add,
-    deleted: Option<DeletionVectorDescriptor>,
 }
 
 /// The file of the changed keys' current rows (not yet finished), picked out of the replay's
@@ -412,8 +410,6 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         .log_data()
         .iter()
         .map(|f| Live {
-            rel: f.path().into_owned(),
-            size: f.size(),
             remove: f.remove_action(true),
             add: Add {
                 path: f.path().into_owned(),
@@ -424,22 +420,21 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                 stats: f.stats(),
                 ..Default::default()
             },
-            deleted: f.deletion_vector_descriptor(),
         })
         .collect();
     let total = current.len();
     let mut holding = Vec::with_capacity(total);
     let mut marked: Vec<(Live, RoaringTreemap)> = Vec::new();
     for live in current {
-        let path = home.local_copy(&live.rel, scratch)?;
+        let path = home.local_copy(&live.add.path, scratch)?;
         let count = match changed_rows(&path, table, &keyset)? {
             Ok(Some(count)) => count,
-            Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.rel))),
+            Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path))),
             Err(reason) => return Ok(Merged::Replace(reason)),
         };
         if marking {
             home.done_with(&path);
-            let deleted = match &live.deleted {
+            let deleted = match &live.remove.deletion_vector {
                 Some(d) => match dv::read(home, d)? {
                     Ok(rows) => rows,
                     Err(reason) => return Ok(Merged::Replace(reason)),
@@ -453,21 +448,21 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                 report.rows_removed += fresh.len();
                 marked.push((live, deleted | fresh));
             }
-        } else if live.deleted.is_some() {
+        } else if live.remove.deletion_vector.is_some() {
             // Rewriting it would bring back the rows its vector deletes.
             home.done_with(&path);
             return Ok(Merged::Replace(format!(
                 "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
-                live.rel,
+                live.add.path,
                 dv::ENABLE
             )));
         } else if count.changed == 0 {
             home.done_with(&path);
         } else {
             report.files_rewritten += 1;
-            report.bytes_rewritten += live.size.max(0).unsigned_abs();
+            report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
             report.rows_removed += count.changed;
-            holding.push((live.rel, live.remove, path));
+            holding.push((live.add.path, live.remove, path));
         }
     }
     if marking {

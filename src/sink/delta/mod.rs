@@ -476,8 +476,7 @@ pub(super) fn commit_tables(
         }
         at.settle()?;
         let columns = delta_schema(&table.name, &schema)?;
-        let dvs = vectors || existing.as_ref().is_some_and(dv::enabled);
-        let version = match commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref(), dvs) {
+        let version = match commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref(), vectors) {
             Ok(v) => v,
             Err(e) => {
                 let version = after_conflict(e, &at, run, &table.name, tag)?;
@@ -520,8 +519,7 @@ pub(super) fn commit_tables(
         };
         let t = io.block_on(at.open(None)).map_err(fail)?;
         let columns = StructType::clone(&t.snapshot().map_err(fail)?.schema());
-        let dvs = dv::enabled(&t);
-        match commit_table(&at, &gone.name, columns, Vec::new(), run.txn_version, Some(&t), dvs) {
+        match commit_table(&at, &gone.name, columns, Vec::new(), run.txn_version, Some(&t), false) {
             Ok(version) => {
                 tracing::info!(table = %gone.name, version, "emptied the Delta table: this run has no rows for it")
             }
@@ -695,7 +693,8 @@ fn written_schema(path: &Path, table: &str) -> Result<Schema, SinkError> {
 /// is replaced as `read` (the version this run read and checked) holds it, by a commit of the
 /// version after it: it fails if that version was taken ([`after_conflict`] decides). In a
 /// folder, which the run's lock keeps to itself, deltalake's create-or-replace does it.
-/// `deletion_vectors`: the table takes them (`delta.enableDeletionVectors`) after the commit.
+/// `deletion_vectors`: the run asks for them; the table takes them (`delta.enableDeletionVectors`)
+/// after the commit when it asks or when `read` has them already (a table keeps them).
 fn commit_table(
     at: &Home,
     table: &str,
@@ -715,8 +714,9 @@ fn commit_table(
     if let Some(v) = txn {
         props = props.with_application_transaction(Transaction::new(TXN_APP_ID, v));
     }
+    let had_them = read.is_some_and(dv::enabled);
     if let (Home::Object { .. }, Some(read)) = (at, read) {
-        if deletion_vectors && !dv::enabled(read) {
+        if deletion_vectors && !had_them {
             let enabled = dv::enable(read.clone()).map_err(fail)?;
             return replace_read_version(&enabled, columns, adds, props).map_err(fail);
         }
@@ -732,7 +732,7 @@ fn commit_table(
         .with_save_mode(SaveMode::Overwrite)
         .with_commit_properties(props)
         .with_actions(adds);
-    let builder = if deletion_vectors {
+    let builder = if deletion_vectors || had_them {
         builder.with_configuration_property(deltalake::TableProperty::EnableDeletionVectors, Some("true"))
     } else {
         builder
