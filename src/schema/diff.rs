@@ -258,6 +258,72 @@ fn column_changes(old: &Column, new: &Column, out: &mut Vec<Change>) {
     }
 }
 
+/// The contract of a table after rows of `rows` (the contract inferred from them alone) are
+/// merged into a table of contract `table` without rewriting it: the table's columns with their
+/// types (an `int64` column of the rows goes exactly into a `decimal` column with room for 19
+/// integer digits, a `decimal` into one of a scale at least its own, a column of nulls into any),
+/// then the columns only the rows have, nullable (the table's rows lack
+/// them); the counts of types seen are the table's plus the rows'. `Err(reason)` when the rows
+/// do not fit without rewriting the table: another type, a column the rows leave null that the
+/// table's contract says is never null, another extra column, or a new column whose attribute
+/// or name (without regard to case) the table already has.
+pub fn extend(table: &TableSchema, rows: &TableSchema) -> Result<TableSchema, String> {
+    if table.extra != rows.extra {
+        return Err("the column of attributes kept out of columns differs".into());
+    }
+    let mut out = table.clone();
+    for c in &mut out.columns {
+        if !c.nullable && !rows.columns.iter().any(|r| r.name == c.name && !r.nullable) {
+            return Err(format!("column `{}` is never null in the table, and the changed rows leave it null", c.name));
+        }
+    }
+    for r in &rows.columns {
+        match out.columns.iter_mut().find(|c| c.name == r.name) {
+            Some(c) => {
+                // Exact when each value fits, which the merge checks value by value.
+                let into_decimal = match (&r.ty, &c.ty) {
+                    (ColumnType::Int64, ColumnType::Decimal { precision, scale }) => {
+                        i16::from(*precision) - i16::from(*scale) >= 19
+                    }
+                    (ColumnType::Decimal { scale: s, .. }, ColumnType::Decimal { scale: t, .. }) => t >= s,
+                    // Only nulls: they go into any column.
+                    (ColumnType::Null, _) => true,
+                    _ => false,
+                };
+                if c.source != r.source {
+                    return Err(format!(
+                        "column `{}` reads `{}` in the table and `{}` in the changed rows",
+                        c.name, c.source, r.source
+                    ));
+                }
+                if !same_shape(&c.ty, &r.ty) && !into_decimal {
+                    let (mut was, mut now) = (c.ty.label(), r.ty.label());
+                    if was == now {
+                        // Nested types that differ inside: the whole types.
+                        (was, now) = (c.ty.arrow().to_string(), r.ty.arrow().to_string());
+                    }
+                    return Err(format!("column `{}` is `{was}` in the table and `{now}` in the changed rows", c.name));
+                }
+                for (k, n) in &r.seen {
+                    *c.seen.entry(k.clone()).or_default() += n;
+                }
+            }
+            None => {
+                if let Some(c) =
+                    out.columns.iter().find(|c| c.source == r.source || c.name.eq_ignore_ascii_case(&r.name))
+                {
+                    return Err(format!(
+                        "attribute `{}` of the changed rows would be column `{}` beside the table's `{}`",
+                        r.source, r.name, c.name
+                    ));
+                }
+                out.columns.push(Column { nullable: true, ..r.clone() });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The same type, whatever the counts of types seen inside structs.
 fn same_shape(a: &ColumnType, b: &ColumnType) -> bool {
     match (a, b) {
@@ -406,6 +472,41 @@ mod tests {
 
     fn dec(scale: i8) -> ColumnType {
         ColumnType::Decimal { precision: 38, scale }
+    }
+
+    #[test]
+    fn changed_rows_extend_a_contract_only_where_they_fit_it() {
+        let mut pk = col("pk", ColumnType::Utf8, &[("S", 10)]);
+        pk.nullable = false;
+        let before = table("u", vec![pk.clone(), col("n", dec(2), &[("N", 10)]), col("gone", ColumnType::Bool, &[])]);
+        let mut new_pk = col("pk", ColumnType::Utf8, &[("S", 2)]);
+        new_pk.nullable = false;
+        let mut added = col("added", ColumnType::Utf8, &[("S", 2)]);
+        added.nullable = false;
+        let rows = table("u", vec![new_pk.clone(), col("n", ColumnType::Int64, &[("N", 2)]), added]);
+        let got = extend(&before, &rows).unwrap();
+        let names: Vec<&str> = got.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["pk", "n", "gone", "added"], "the table's columns, then the new ones");
+        assert_eq!(got.columns[1].ty, dec(2), "an int64 goes into the decimal");
+        assert_eq!(got.columns[0].seen, [("S".to_owned(), 12)].into(), "counts add up");
+        assert!(got.columns[3].nullable, "the table's rows lack an added column");
+        assert!(!got.columns[0].nullable);
+
+        let other = |c: Column| table("u", vec![new_pk.clone(), c]);
+        let err = |r: &TableSchema| extend(&before, r).unwrap_err();
+        assert!(err(&other(col("n", ColumnType::Utf8, &[("S", 1)]))).contains("column `n`"));
+        assert!(err(&other(col("n", ColumnType::Json, &[("S", 1), ("N", 1)]))).contains("column `n`"));
+        assert!(err(&other(col("n", dec(3), &[("N", 1)]))).contains("column `n`"));
+        assert_eq!(extend(&before, &other(col("n", dec(1), &[("N", 1)]))).unwrap().columns[1].ty, dec(2));
+        assert_eq!(extend(&before, &other(col("n", ColumnType::Null, &[("NULL", 1)]))).unwrap().columns[1].ty, dec(2));
+        assert!(err(&other(col("N", ColumnType::Utf8, &[("S", 1)]))).contains("beside the table's `n`"));
+        let mut renamed = col("n_2", ColumnType::Int64, &[("N", 1)]);
+        renamed.source = "n".into();
+        assert!(err(&other(renamed)).contains("attribute `n`"));
+        // A column the table never has null, which a changed row lacks.
+        assert!(err(&table("u", vec![col("n", ColumnType::Int64, &[("N", 1)])])).contains("column `pk`"));
+        let extra = TableSchema { extra: Some("_extra".into()), ..rows.clone() };
+        assert!(err(&extra).contains("kept out of columns"));
     }
 
     #[test]
