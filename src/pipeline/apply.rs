@@ -118,7 +118,7 @@ pub fn refuse_up_to_date(target: &Target, sink: &dyn Sink, next: &RunState) -> R
 }
 
 /// The committed `_etl/run.json` of the output at `target`, if it has one.
-fn previous_manifest(target: &Target, sink: &dyn Sink) -> Result<Option<RunManifest>, UnwindError> {
+pub(crate) fn previous_manifest(target: &Target, sink: &dyn Sink) -> Result<Option<RunManifest>, UnwindError> {
     match target {
         Target::Path(out) => {
             if !out.join(crate::sink::local::RUN_REPORT).is_file() {
@@ -196,7 +196,7 @@ pub fn prepare(
         prev.applied.iter().any(|a| a.export_id == export_id(e) && a.manifest_md5 == e.summary_md5) || listed(e)
     };
     let new_exports = (0..merged.exports.len()).filter(|&i| !applied(&merged.exports[i])).collect();
-    Ok((merged, Some(Onto { new_exports, previous_export, held: prev })))
+    Ok((merged, Some(Onto { new_exports, previous_export, held: prev, in_place: false })))
 }
 
 /// The folder of export `e` relative to its export root (`AWSDynamoDB/<ExportId>`), where an

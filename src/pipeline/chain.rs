@@ -102,6 +102,10 @@ pub struct Applier {
     /// When applying onto an existing output: the keys the new exports changed, each once, as
     /// DynamoDB JSON objects of the key attributes (what a Delta MERGE matches on).
     pub new_keys: Vec<String>,
+    /// The final change of each of `new_keys`.
+    new_finals: Vec<u32>,
+    /// Applied onto the output in place ([`Onto::in_place`]): the full export is not read.
+    in_place: bool,
     pub warnings: Vec<String>,
 }
 
@@ -114,6 +118,10 @@ pub struct Onto {
     pub previous_export: Option<String>,
     /// The output's state: every export it applied (its commit's, or what it was made from).
     pub held: crate::state::RunState,
+    /// The full export is not read again (a Delta output with deletion vectors): only the
+    /// current images of the keys the new exports changed are unwound, and where each key was is
+    /// found in the output's tables ([`Applier::matched_in_place`]).
+    pub in_place: bool,
 }
 
 /// What pass one saw of the chain, merged over workers.
@@ -288,6 +296,8 @@ impl Applier {
             change_records: 0,
             per_export: vec![0; chain.incrementals.len()],
             new_keys: Vec::new(),
+            new_finals: Vec::new(),
+            in_place: onto.is_some_and(|o| o.in_place),
             warnings: Vec::new(),
             chain,
         };
@@ -376,6 +386,7 @@ impl Applier {
                 let old = &mut self.finals[i as usize];
                 if next.touched_by_new && !old.touched_by_new {
                     self.new_keys.push(next.keys.to_string());
+                    self.new_finals.push(i);
                 }
                 // What the previous output held of this key: the last write among its exports.
                 let prev = match (&old.prev, &next.prev) {
@@ -402,6 +413,7 @@ impl Applier {
             None => {
                 if next.touched_by_new {
                     self.new_keys.push(next.keys.to_string());
+                    self.new_finals.push(self.finals.len() as u32);
                 }
                 self.index.insert(key.into_boxed_slice(), self.finals.len() as u32);
                 self.finals.push(next);
@@ -421,7 +433,12 @@ impl Applier {
         let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io("create"))?);
         let mut images = 0u64;
         for (_, i) in keys {
-            if let Some(line) = &self.finals[i as usize].line {
+            let f = &self.finals[i as usize];
+            // In place, the output's tables already hold every other key's current row.
+            if self.in_place && !f.touched_by_new {
+                continue;
+            }
+            if let Some(line) = &f.line {
                 w.write_all(line.as_bytes()).and_then(|_| w.write_all(b"\n")).map_err(io("write"))?;
                 images += 1;
             }
@@ -457,8 +474,13 @@ impl Applier {
     /// What an output keeps of the chain's incremental exports ([`super::compact`]): in key
     /// order, every key's final change, except the deletes of keys no full-export item had
     /// (`read.matched` says which had one).
+    ///
+    /// In place, `read.matched` says which keys the output's tables held, not the full export:
+    /// a key an export the output held changed may be in the full export and not in the tables
+    /// (deleted since), so its delete is kept too (a delete of a key that is not there is
+    /// counted, never an error, when the kept exports are read again).
     pub fn compacted<'s>(&'s self, read: &ChainRead) -> Vec<super::compact::FinalChange<'s>> {
-        let mut in_base = vec![false; self.finals.len()];
+        let mut in_base: Vec<bool> = self.finals.iter().map(|f| self.in_place && f.prev.is_some()).collect();
         for (i, _) in &read.matched {
             if let Some(b) = in_base.get_mut(*i as usize) {
                 *b = true;
@@ -493,6 +515,22 @@ impl Applier {
             from_time: &first.from_time,
             to_time: &last.to_time,
         })
+    }
+
+    /// Whether the full export is left unread ([`Onto::in_place`]).
+    pub fn in_place(&self) -> bool {
+        self.in_place
+    }
+
+    /// In place: `found` (an index into `new_keys`, the output's table that holds that key) as
+    /// pass one's [`ChainRead::matched`] would have it from the full export. For a key the
+    /// exports the output held never changed, the table that holds it now is the table of its
+    /// full-export item; the report takes the others' from those exports ([`Applier::report`]).
+    pub fn matched_in_place(&self, found: &[(u32, TableLabel)]) -> Vec<(u32, TableLabel)> {
+        let mut out: Vec<(u32, TableLabel)> =
+            found.iter().filter_map(|(k, l)| Some((*self.new_finals.get(*k as usize)?, l.clone()))).collect();
+        out.sort();
+        out
     }
 
     /// The final change of a full-export item's key, if it has one.
@@ -596,6 +634,7 @@ impl Applier {
             unmatched_deletes: unmatched,
             created_and_deleted: transient,
             previous_export: self.previous_export.clone(),
+            applied_in_place: self.in_place,
         }
     }
 }

@@ -18,6 +18,7 @@
 pub mod apply;
 pub mod chain;
 pub mod compact;
+pub mod in_place;
 pub mod pool;
 pub mod progress;
 pub mod read;
@@ -226,8 +227,38 @@ impl pool::PoolError for UnwindError {
 /// Where live scans are spooled inside the scratch folder.
 const SCAN_SPOOL: &str = "scan";
 
-/// Runs `etl unwind`: resolve, read, write, report, commit.
+/// Runs `etl unwind`: resolve, read, write, report, commit. An apply that can be made in place
+/// ([`in_place`]) is tried so first; when it finds a reason it cannot, before anything is
+/// committed, the run starts again and replays the full export.
 pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSummary, UnwindError> {
+    match unwind_once(settings, progress, None)? {
+        Attempt::Done(summary) => Ok(*summary),
+        Attempt::Replay(reason) => {
+            info!(%reason, "the incremental exports are applied by replaying the full export");
+            match unwind_once(settings, progress, Some(reason))? {
+                Attempt::Done(summary) => Ok(*summary),
+                Attempt::Replay(reason) => {
+                    Err(UnwindError::Internal { message: format!("a replay was asked to replay again: {reason}") })
+                }
+            }
+        }
+    }
+}
+
+/// How one attempt of a run ended.
+enum Attempt {
+    Done(Box<UnwindSummary>),
+    /// An apply in place cannot be made, for this reason; nothing was committed.
+    Replay(String),
+}
+
+/// One attempt of [`unwind`]; `replaying` is set (with the reason) when an apply in place was
+/// given up, and the run then replays the full export.
+fn unwind_once(
+    settings: &UnwindSettings,
+    progress: &Progress,
+    replaying: Option<String>,
+) -> Result<Attempt, UnwindError> {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let mut sink = sink::open(
@@ -242,7 +273,15 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let scratch = sink.scratch().to_owned();
     let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
     // Incremental exports alone, onto an existing output: the chain of what it holds and them.
-    let (mut plan, onto) = apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings, sink.as_ref())?;
+    let (mut plan, mut onto) =
+        apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings, sink.as_ref())?;
+    let in_place = match (&onto, &replaying) {
+        (Some(_), None) => in_place::candidate(settings, sink.as_ref())?,
+        _ => None,
+    };
+    if let Some(o) = onto.as_mut() {
+        o.in_place = in_place.is_some();
+    }
     let chain = apply::order(&plan, onto.as_ref(), settings.allow_gap).map_err(SourceError::from)?;
     let mut state = match &chain {
         Some(c) => {
@@ -267,7 +306,8 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         &settings.aws,
         chain.is_none(),
         settings.threads,
-        true,
+        // In place, pass one does not read the full export: it is kept now.
+        in_place.is_none(),
     )?;
     let mut kept = keeping.kept;
     if let Some(k) = kept {
@@ -280,6 +320,15 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     if let (Some(st), Some(c)) = (&mut state, &chain) {
         st.key_attributes = c.key_names.clone();
     }
+    let txn_version = delta_txn_version(state.as_ref(), &plan);
+    // In place: where the changed keys are in the output's tables, instead of the full export.
+    let (matched, located, unread) = match (&in_place, &chain) {
+        (Some(ip), Some(c)) => match in_place::locate(ip, c, &scratch, txn_version, settings.threads)? {
+            Ok(l) => (Some(l.matched), l.files, plan.exports[c.chain.full].files.clone()),
+            Err(reason) => return Ok(Attempt::Replay(reason)),
+        },
+        _ => (None, Default::default(), 0..0),
+    };
     if settings.strict
         && let Some(first) = integrity::manifest_mismatches(&plan).into_iter().next()
     {
@@ -293,8 +342,11 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
     let keep = Some((keeping.when_read.as_ref(), sink.as_ref()));
-    let read =
-        read::read_all(&plan, read::Scope::all(&plan), settings, mapped, chain.as_ref(), &scratch, keep, progress)?;
+    let scope = read::Scope { unread, ..read::Scope::all(&plan) };
+    let mut read = read::read_all(&plan, scope, settings, mapped, chain.as_ref(), &scratch, keep, progress)?;
+    if let Some(m) = matched {
+        read.chain.matched = m;
+    }
     if let Some(k) = &mut kept {
         k.millis += keeping.when_read.millis();
     }
@@ -306,7 +358,12 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
 
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
-    let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
+    let mut written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
+    if let Some(ip) = &in_place
+        && let Err(reason) = in_place::complete(ip, &mut written)
+    {
+        return Ok(Attempt::Replay(reason));
+    }
     let t_write = t_write.elapsed();
 
     let mapping =
@@ -332,6 +389,11 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
         timings,
     })?;
     list_compacted(&mut manifest, compacted);
+    if let Some(reason) = replaying {
+        manifest
+            .warnings
+            .push(format!("the incremental exports were applied by replaying the full export, not in place: {reason}"));
+    }
     progress.set_phase(Phase::Committing);
     if settings.format == Format::Delta {
         // Onto an existing output, the keys the new exports changed are merged into each table.
@@ -339,11 +401,20 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
             .as_ref()
             .and(chain.as_ref())
             .map(|c| sink::delta::MergeKeys { key_attributes: c.key_names.clone(), keys: c.new_keys.clone() });
-        let txn_version = delta_txn_version(manifest.state.as_ref(), &plan);
         let deletion_vectors = settings.deletion_vectors;
-        sink.delta_run(sink::delta::DeltaRun { txn_version, merge, deletion_vectors });
+        let in_place = in_place.is_some();
+        sink.delta_run(sink::delta::DeltaRun { txn_version, merge, deletion_vectors, in_place, located });
     }
-    publish(sink, manifest, schemas, settings, progress)
+    match publish(sink, manifest, schemas, settings, progress) {
+        Ok(summary) => Ok(Attempt::Done(Box::new(summary))),
+        // A table the check let through cannot be merged in place after all (its Delta schema is
+        // not its contract's): the tables merged before it carry this run's `txn`, which the
+        // replay honours, and nothing was published.
+        Err(UnwindError::Sink(SinkError::Delta(sink::delta::DeltaError::InPlace { table, reason, .. }))) => {
+            Ok(Attempt::Replay(format!("table `{table}`: {reason}")))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Lists in `manifest` what the output keeps of a chain: its full export, and the incremental

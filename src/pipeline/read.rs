@@ -89,6 +89,8 @@ pub struct ReadResult {
     pub warnings: Vec<String>,
     /// What a chain run saw of its changes (empty otherwise).
     pub chain: ChainRead,
+    /// Plan files left unread ([`Scope::unread`]): their stats are empty and count nowhere.
+    pub unread: std::ops::Range<usize>,
 }
 
 /// An inferred table's state in one worker.
@@ -123,12 +125,15 @@ pub struct Scope {
     /// Spill rows and rejects for pass two; `false` counts and infers only (a shard's
     /// `--phase infer`).
     pub spill: bool,
+    /// Plan files inside `files` not to read: a full export an apply in place leaves unread
+    /// (its checks passed when the output was made).
+    pub unread: std::ops::Range<usize>,
 }
 
 impl Scope {
     /// Every file of `plan`, rows kept.
     pub fn all(plan: &Plan) -> Scope {
-        Scope { files: 0..plan.files.len(), spill: true }
+        Scope { files: 0..plan.files.len(), spill: true, unread: 0..0 }
     }
 }
 
@@ -432,7 +437,7 @@ fn strict_file_check(f: &DataFile, d: &FileDigest) -> Result<(), UnwindError> {
 /// The plan files `files`, the largest first (by `size`, the compressed size), ties in plan order.
 /// A gzip file cannot be split between workers, so a large file taken last would leave the other
 /// workers idle while one reads it.
-fn largest_first(files: std::ops::Range<usize>, size: impl Fn(usize) -> u64) -> Vec<usize> {
+fn largest_first(files: impl Iterator<Item = usize>, size: impl Fn(usize) -> u64) -> Vec<usize> {
     let mut order: Vec<usize> = files.collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(size(i)), i));
     order
@@ -453,7 +458,8 @@ pub fn read_all(
     keep: Option<(&WhenRead, &dyn Sink)>,
     progress: &Progress,
 ) -> Result<ReadResult, UnwindError> {
-    let order = largest_first(scope.files.clone(), |i| plan.files[i].size);
+    let unread = scope.unread.clone();
+    let order = largest_first(scope.files.clone().filter(|i| !unread.contains(i)), |i| plan.files[i].size);
     let workers = pool::run(
         settings.threads,
         order.len(),
@@ -515,6 +521,7 @@ pub fn read_all(
         reject_counts,
         warnings,
         chain: chain_read,
+        unread: scope.unread,
     })
 }
 

@@ -17,7 +17,7 @@ use crate::source::{CheckStatus, Layout, Plan};
 /// Each input with what was read of it and its checks.
 pub fn inputs(plan: &Plan, read: &ReadResult) -> Vec<InputReport> {
     let mut inputs = Vec::with_capacity(plan.files.len());
-    for (f, st) in plan.files.iter().zip(&read.files) {
+    for (_, (f, st)) in plan.files.iter().zip(&read.files).enumerate().filter(|(i, _)| !read.unread.contains(i)) {
         let d = &st.digest;
         let item_count_check = match &f.expected {
             Some(e) if e.item_count == d.units => CheckStatus::Verified,
@@ -53,17 +53,27 @@ pub fn inputs(plan: &Plan, read: &ReadResult) -> Vec<InputReport> {
 
 /// The integrity verdict: every check of the manifests and of each data file read against
 /// them, judged under `--allow-mismatch`. Item sums cannot overflow: resolution refused plans
-/// whose counts do not fit.
+/// whose counts do not fit. An export whose data files were left unread (`read.unread`) counts
+/// in neither the items expected nor those read.
 pub fn integrity(plan: &Plan, read: &ReadResult, allow_mismatch: bool) -> Integrity {
     let mut mismatches = integrity::manifest_mismatches(plan);
-    for (f, st) in plan.files.iter().zip(&read.files) {
+    let was_read = |i: &usize| !read.unread.contains(i);
+    for (_, (f, st)) in plan.files.iter().zip(&read.files).enumerate().filter(|(i, _)| was_read(i)) {
         mismatches.extend(integrity::file_mismatches(f, &st.digest));
     }
     let listed = !plan.exports.is_empty() || plan.files.iter().any(|f| f.expected.is_some());
-    let expected_items =
-        (!plan.exports.is_empty()).then(|| plan.exports.iter().map(|e| e.summary_item_count).sum::<u64>());
-    let items_read =
-        plan.files.iter().zip(&read.files).filter(|(f, _)| f.expected.is_some()).map(|(_, st)| st.digest.units).sum();
+    let unread_export =
+        |e: &crate::source::ExportInfo| !e.files.is_empty() && e.files.clone().all(|i| read.unread.contains(&i));
+    let expected_items = (!plan.exports.is_empty())
+        .then(|| plan.exports.iter().filter(|e| !unread_export(e)).map(|e| e.summary_item_count).sum::<u64>());
+    let items_read = plan
+        .files
+        .iter()
+        .zip(&read.files)
+        .enumerate()
+        .filter(|(i, (f, _))| f.expected.is_some() && was_read(i))
+        .map(|(_, (_, st))| st.digest.units)
+        .sum();
     Integrity::judge(listed, expected_items, items_read, mismatches, allow_mismatch)
 }
 
@@ -87,10 +97,18 @@ pub fn reconcile(
     let rejects: u64 = read.reject_counts.values().sum();
     let rows_written = written.item_rows();
     let rejects_rows: u64 = written.tables.iter().filter(|t| t.name == REJECTS_TABLE).map(|t| t.rows).sum();
-    let listed = |(i, _): &(usize, &crate::source::DataFile)| Some(*i) != current;
+    let listed = |(i, _): &(usize, &crate::source::DataFile)| Some(*i) != current && !read.unread.contains(i);
     let manifest_item_count =
         if !plan.files.is_empty() && plan.files.iter().enumerate().filter(listed).all(|(_, f)| f.expected.is_some()) {
-            Some(plan.files.iter().filter_map(|f| f.expected.as_ref()).map(|e| e.item_count).sum())
+            Some(
+                plan.files
+                    .iter()
+                    .enumerate()
+                    .filter(listed)
+                    .filter_map(|(_, f)| f.expected.as_ref())
+                    .map(|e| e.item_count)
+                    .sum(),
+            )
         } else {
             None
         };

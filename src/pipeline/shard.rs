@@ -434,7 +434,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let mapped_tables = settings.mapping.as_deref().map(MappedTables::new);
     let mapped = settings.mapping.as_deref().zip(mapped_tables.as_ref());
     // The infer phase keeps no rows: it only counts and observes shapes.
-    let scope = read::Scope { files: files.clone(), spill: run.phase == ShardPhase::Write };
+    let scope = read::Scope { files: files.clone(), spill: run.phase == ShardPhase::Write, unread: 0..0 };
     let mut read = read::read_all(&plan, scope, settings, mapped, applier.as_ref(), &scratch, None, progress)?;
     let t_read = t_read.elapsed();
     let items: u64 = read.files.iter().map(|f| f.digest.units).sum();
@@ -749,6 +749,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         reject_counts,
         warnings,
         chain: chain_read,
+        unread: 0..0,
     };
     // The chain's incremental exports are kept compacted, as one run keeps them.
     let compacted = match (&applier, keeping.kept) {
@@ -781,7 +782,13 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     if settings.format == Format::Delta {
         let txn_version = super::delta_txn_version(manifest.state.as_ref(), &plan);
         let deletion_vectors = settings.deletion_vectors;
-        sink.delta_run(sink::delta::DeltaRun { txn_version, merge: None, deletion_vectors });
+        sink.delta_run(sink::delta::DeltaRun {
+            txn_version,
+            merge: None,
+            deletion_vectors,
+            in_place: false,
+            located: Default::default(),
+        });
     }
     progress.set_phase(super::Phase::Committing);
     let summary = super::publish(sink, manifest, schemas, &settings, progress)?;

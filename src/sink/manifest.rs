@@ -258,6 +258,12 @@ pub struct ChainReport {
     /// to that previous output; the other counts are over the whole chain replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_export: Option<String>,
+    /// Set when the exports were applied in place (a Delta output with deletion vectors): the
+    /// full export was not read again (its checks passed when the output was made; it is not
+    /// among `inputs`), only the current rows of the keys the new exports changed were unwound,
+    /// and each key's table was found in the output's tables. `superseded_items` is then 0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub applied_in_place: bool,
 }
 
 /// One applied incremental export.
@@ -430,6 +436,8 @@ pub enum MergeMode {
     Skipped,
     /// The whole table replaced in one commit (the reason is given).
     Replace,
+    /// This run's rows appended (`_rejects`, when the apply did not replay the full export).
+    Append,
 }
 
 impl TableReport {

@@ -209,6 +209,11 @@ pub trait Sink: PartSink + Send + Sync {
         let _ = run;
     }
 
+    /// Where a Delta sink's output is (its folder or prefix); `None` for other sinks.
+    fn delta_home(&self) -> Option<delta::Home> {
+        None
+    }
+
     /// Publishes every part with `manifest` and the schema contracts, atomically. Returns the
     /// manifest as published (an object-store commit names files by run) and what it did.
     fn commit(

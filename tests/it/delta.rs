@@ -451,7 +451,11 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
         assert_eq!(actions(&log, "metaData")[0]["configuration"]["delta.enableDeletionVectors"], "true", "`{name}`");
     }
     let py = crate::interop::python();
-    let (mut marked, mut marked_again) = (0, 0);
+    let (mut marked, mut marked_again, mut in_place_steps) = (0, 0, 0);
+    // The same exports applied one at a time onto a Parquet output: a replay of the full export
+    // each time, which the in-place applies' reports must equal.
+    let replayed = tmp.path().join("parquet-applied");
+    unwind(&[&full], &replayed, &[], 0);
     for k in 0..incs.len() {
         let before = versions(&out);
         let rows_before: std::collections::BTreeMap<String, u64> = run_report(&out)["tables"]
@@ -461,6 +465,43 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
             .map(|t| (t["name"].as_str().unwrap().to_owned(), t["rows"].as_u64().unwrap()))
             .collect();
         unwind(&[&incs[k]], &out, &["--format", "delta"], 0);
+        unwind(&[&incs[k]], &replayed, &[], 0);
+        // Applied in place (the full export not read again), unless a changed row does not fit
+        // its table without a rewrite (said in the warnings); either way the report says what the
+        // replay says (each table's inserts, updates, deletes and moves, and its rows).
+        let (report, replay) = (run_report(&out), run_report(&replayed));
+        if report["chain"]["applied_in_place"] == true {
+            in_place_steps += 1;
+        } else {
+            let warnings = report["warnings"].as_array().unwrap();
+            assert!(
+                warnings.iter().any(|w| w.as_str().unwrap().contains("by replaying the full export, not in place")),
+                "step {k}: {warnings:?}"
+            );
+        }
+        assert!(replay["chain"].get("applied_in_place").is_none(), "step {k}: a Parquet apply replays");
+        for key in ["tables", "unmatched_deletes", "created_and_deleted", "changed_keys", "change_records", "windows"] {
+            assert_eq!(report["chain"][key], replay["chain"][key], "step {k}: `chain.{key}`");
+        }
+        let full_id = report["chain"]["full_export"].as_str().unwrap();
+        let of_full = |r: &Json| {
+            let inputs = r["inputs"].as_array().unwrap().iter();
+            inputs.filter(|i| i["file"].as_str().unwrap().contains(full_id)).count()
+        };
+        if report["chain"]["applied_in_place"] == true {
+            assert_eq!(of_full(&report), 0, "step {k}: the full export is not among the inputs read");
+        }
+        assert!(of_full(&replay) > 0, "step {k}: a replay reads it");
+        let rows = |r: &Json| -> std::collections::BTreeMap<String, u64> {
+            let tables = r["tables"].as_array().unwrap().iter();
+            tables.map(|t| (t["name"].as_str().unwrap().to_owned(), t["rows"].as_u64().unwrap())).collect()
+        };
+        let (in_place_rows, replay_rows) = (rows(&report), rows(&replay));
+        for (name, n) in &in_place_rows {
+            assert_eq!(replay_rows.get(name).copied().unwrap_or(0), *n, "step {k}: rows of `{name}`");
+        }
+        assert!(replay_rows.keys().all(|n| in_place_rows.contains_key(n)), "step {k}: {replay_rows:?}");
+        assert_eq!(report["reconciliation"]["balanced"], true, "step {k}");
         let reference = tmp.path().join(format!("parquet-{k}"));
         let chain: Vec<&Path> =
             std::iter::once(full.as_path()).chain(incs[..=k].iter().map(PathBuf::as_path)).collect();
@@ -517,6 +558,8 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
     }
     assert!(marked > 0, "the applies marked files");
     assert!(marked_again > 0, "an apply marked a file an earlier apply had marked");
+    // The generated chain's third export gives a struct field another type: that apply replays.
+    assert_eq!(in_place_steps, 2, "the first two applies are made in place");
 
     // A vacuum keeps the vector files the current version's files name.
     let r = etl(["delta", "vacuum", out.to_str().unwrap(), "--retain", "0s", "--allow-short-retention"]);
@@ -547,6 +590,54 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
     for (name, rows) in &expected {
         assert_eq!(count(&rt, &optimized, name), rows.len() as i64, "`etl sql` rows of `{name}` after optimize");
     }
+}
+
+/// Appends `line` to the first data file of the export at `export` (generated under `root`), as
+/// a gzip member of its own: the file no longer matches its manifest (`--allow-mismatch`).
+fn append_line(root: &Path, export: &Path, line: &str) {
+    use std::io::Write as _;
+    let listing = std::fs::read_to_string(export.join("manifest-files.json")).unwrap();
+    let first =
+        listing.lines().map(|l| serde_json::from_str::<Json>(l).unwrap()).find(|f| f["itemCount"] != 0).unwrap();
+    let path = root.join(first["dataFileS3Key"].as_str().unwrap());
+    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&crate::common::gzip(format!("{line}\n").as_bytes())).unwrap();
+}
+
+/// An apply in place keeps the rejects of the runs before it and appends its own: `_rejects`
+/// takes them by an append commit, and holds what a replay of the same exports gives.
+#[test]
+fn an_apply_in_place_appends_its_rejects_to_those_before() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let (full, incs) = generated_chain(&dir);
+    append_line(&dir, &full, r#"{"Item":{"PK":{"Q":"no such type"}}}"#);
+    append_line(&dir, &incs[0], r#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"NewImage":{"PK":{"S":"x"}}}"#);
+    let out = tmp.path().join("delta");
+    unwind(&[&full], &out, &["--format", "delta", "--deletion-vectors", "--allow-mismatch"], 0);
+    let replayed = tmp.path().join("parquet");
+    unwind(&[&full], &replayed, &["--allow-mismatch"], 0);
+    let before = versions(&out)["_rejects"];
+    unwind(&[&incs[0]], &out, &["--format", "delta", "--allow-mismatch"], 0);
+    unwind(&[&incs[0]], &replayed, &["--allow-mismatch"], 0);
+    let report = run_report(&out);
+    assert_eq!(report["chain"]["applied_in_place"], true, "{}", report["warnings"]);
+    let rejects = report["tables"].as_array().unwrap().iter().find(|t| t["name"] == "_rejects").unwrap();
+    assert_eq!(rejects["rows"], 2, "{rejects}");
+    assert_eq!(rejects["delta_merge"]["mode"], "append", "{rejects}");
+    assert_eq!(rejects["delta_version"], before + 1, "one commit");
+    assert_eq!(report["rejects_by_reason"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 1);
+    let log = log_actions(&out.join("_rejects"), before + 1);
+    assert!(actions(&log, "remove").is_empty(), "nothing removed: {log:?}");
+    // The same rejects as the replay's (the kept files are named from each output's own folder).
+    let query = "SELECT reason, line, attribute, message, raw FROM _rejects ORDER BY reason, line";
+    let rows = |data: &Path| {
+        let r = etl(["sql", "--data", data.to_str().unwrap(), "--format", "ndjson", query]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    assert_eq!(rows(&out), rows(&replayed));
+    assert_eq!(rows(&out).lines().count(), 2, "{}", rows(&out));
 }
 
 /// `--deletion-vectors` given to an apply onto an output made without it: each merged table
@@ -1111,6 +1202,17 @@ fn optimize_compacts_small_files_and_vacuum_deletes_what_no_version_needs() {
 /// Delta: the 8 items of the fixture, value by value, as the Parquet output has them.
 #[test]
 fn the_real_fixture_merged_into_delta_holds_the_eight_items() {
+    real_fixture_into_delta(&[]);
+}
+
+/// The same with deletion vectors: both applies are made in place (the full export is not read
+/// again), the key-only deletes of its `NEW_IMAGE` export found in the table itself.
+#[test]
+fn the_real_fixture_applied_in_place_holds_the_eight_items() {
+    real_fixture_into_delta(&["--deletion-vectors"]);
+}
+
+fn real_fixture_into_delta(flags: &[&str]) {
     let Some(root) = real_export() else {
         eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
         return;
@@ -1118,10 +1220,15 @@ fn the_real_fixture_merged_into_delta_holds_the_eight_items() {
     let export = |id: &str| root.join("AWSDynamoDB").join(id);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("delta");
-    unwind(&[&export("01768385930622-efd1a093")], &out, &["--format", "delta", "--allow-mismatch"], 0);
+    let first = [&["--format", "delta", "--allow-mismatch"], flags].concat();
+    unwind(&[&export("01768385930622-efd1a093")], &out, &first, 0);
     let extra = ["--format", "delta", "--allow-mismatch", "--allow-gap"];
-    unwind(&[&export("01768386924000-d339e52d")], &out, &extra, 0);
-    unwind(&[&export("01768388186000-4a2fc3ff")], &out, &extra, 0);
+    for inc in ["01768386924000-d339e52d", "01768388186000-4a2fc3ff"] {
+        unwind(&[&export(inc)], &out, &extra, 0);
+        let chain = &run_report(&out)["chain"];
+        let in_place = !flags.is_empty();
+        assert_eq!(chain["applied_in_place"] == true, in_place, "{inc}: {chain}");
+    }
     let v = versions(&out);
     assert_eq!(v["_untyped"], 2, "one commit per export");
     let rows = version_rows(&out.join("_untyped"), v["_untyped"]);

@@ -300,8 +300,9 @@ fn kill_9_between_s3_delta_table_commits_completes_on_rerun() {
     assert_eq!(sql_rows(m, &out, &tables), sql_rows(m, s(&c.reference), &tables));
 }
 
-/// `--deletion-vectors` on `s3://`: the chain's applies mark rows instead of rewriting files (the
-/// vector files uploaded beside the tables' data files, read back from S3 by the next apply),
+/// `--deletion-vectors` on `s3://`: the chain's applies are made in place (the full export kept
+/// on S3 is not read again) and mark rows instead of rewriting files (the vector files uploaded
+/// beside the tables' data files, read back from S3 by the next apply),
 /// `etl sql` and the Python `deltalake` package read the local chain's rows, and `etl delta
 /// optimize` rewrites the marked files without the rows their vectors delete.
 #[test]
@@ -315,6 +316,10 @@ fn deletion_vectors_on_s3_delta_tables_give_the_chains_rows() {
         etl_aws(m, &["unwind", &c.export_url(inc), "--out", &out, "--format", "delta"], 0);
         let report = s3_report(m, &c.bucket, "lake/");
         assert_eq!(report["deletion_vectors"], true, "the output keeps them");
+        // In place: the full export kept on S3 is not read again.
+        assert_eq!(report["chain"]["applied_in_place"], true, "{}", report["warnings"]);
+        let full_id = report["chain"]["full_export"].as_str().unwrap();
+        assert!(report["inputs"].as_array().unwrap().iter().all(|i| !i["file"].as_str().unwrap().contains(full_id)));
         for t in report["tables"].as_array().unwrap() {
             let merge = &t["delta_merge"];
             if merge["mode"] == "merge" {

@@ -7,7 +7,8 @@
 //! the changed keys are converted into the table's column types by etl's own [`BatchBuilder`],
 //! so they match the rows exactly as etl wrote them. The table keeps its columns: a column the
 //! replay no longer has stays (null in the new rows), a new one is added to the schema, an
-//! `int64` column of the replay is cast exactly into the table's `decimal`. Anything else (a
+//! `int64` column of the replay, or a `decimal` of a smaller scale, is cast exactly into the
+//! table's `decimal` (a value that does not fit is a reason to replace the table). Anything else (a
 //! wider or other type, a key attribute without a column) is not merged: [`merge`] returns
 //! [`Merged::Replace`] with the reason, and the caller replaces the table in one commit.
 //!
@@ -17,7 +18,7 @@
 //! with it in the same commit as the file of the changed keys' rows.
 //! This module never replaces a table, never deletes a file, and never writes outside the table.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,6 +75,21 @@ pub struct MergeInput<'a> {
     /// The run asks for deletion vectors (`--deletion-vectors`): a table without them gets them
     /// (one commit setting `delta.enableDeletionVectors`) before it is merged.
     pub deletion_vectors: bool,
+    /// Where the run's check found the changed keys ([`locate`]), used when it read the version
+    /// this merge reads.
+    pub located: Option<&'a Located>,
+    /// Every row of `parts` is a changed key's (an apply in place stages nothing else).
+    pub upserts_only: bool,
+}
+
+/// Where the changed keys are in the data files of one version of a table, as [`locate`] found
+/// them.
+#[derive(Debug, Clone, Default)]
+pub struct Located {
+    pub version: u64,
+    /// By data file (its path in the log): the positions of the rows that hold a changed key,
+    /// including those its deletion vector deletes.
+    pub files: HashMap<String, Vec<u64>>,
 }
 
 /// Rows per batch read back from a data file.
@@ -124,13 +140,23 @@ fn plan_schema(table: &str, current_delta: &StructType, current_arrow: &Schema, 
                 if n.nullable && !cur.nullable {
                     return Err(format!("column `{name}` may now be null, the table's may not"));
                 }
+                let only_nulls = na.metadata().get(crate::schema::META_DYNAMODB_TYPE).is_some_and(|t| t == "NULL");
                 if n.data_type() == cur.data_type() {
                     fields.push(na.clone());
                     fills.push(Fill::Column(name.to_owned(), None));
+                } else if only_nulls {
+                    // A column of nulls (etl's `null` type): nulls of the table's type.
+                    fields.push(cur_arrow.clone().with_nullable(true));
+                    fills.push(Fill::Null);
                 } else if matches!(
                     (na.data_type(), cur_arrow.data_type()),
                     (DataType::Int64, DataType::Decimal128(p, s)) if i16::from(*p) - i16::from(*s) >= 19
+                ) || matches!(
+                    (na.data_type(), cur_arrow.data_type()),
+                    (DataType::Decimal128(_, s), DataType::Decimal128(_, t)) if t >= s
                 ) {
+                    // Cast value by value, strictly: a value the table's type cannot hold
+                    // stops the merge ([`conform`]).
                     fields.push(na.clone().with_data_type(cur_arrow.data_type().clone()));
                     fills.push(Fill::Column(name.to_owned(), Some(cur_arrow.data_type().clone())));
                 } else {
@@ -172,7 +198,7 @@ fn plan_schema(table: &str, current_delta: &StructType, current_arrow: &Schema, 
 /// The changed keys as rows of the key columns in the replay's types (`keys` in key-attribute
 /// order); keys that no row of this table can hold (a value its key column cannot take) are left
 /// out. `Err(reason)` when a key attribute has no column of its own in the table.
-fn key_rows(contract: &TableSchema, key_attributes: &[String], keys: &[String]) -> Result<KeySet, String> {
+fn key_rows<'k>(contract: &TableSchema, key_attributes: &[String], keys: &'k [String]) -> Result<KeySet<'k>, String> {
     let mut columns = Vec::with_capacity(key_attributes.len());
     for a in key_attributes {
         let mut found = contract.columns.iter().filter(|c| &c.source == a && contract.extra.as_ref() != Some(&c.name));
@@ -183,45 +209,74 @@ fn key_rows(contract: &TableSchema, key_attributes: &[String], keys: &[String]) 
     }
     let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
     let only_keys = TableSchema { table: contract.table.clone(), entity: None, columns, extra: None };
-    let items: Vec<_> = keys.iter().filter_map(|k| crate::decode::json::decode_item_object(k).ok()).collect();
-    let mut builder = BatchBuilder::new(&only_keys);
-    let mut batches = Vec::new();
-    if items.iter().all(|i| builder.append(i).is_ok()) {
-        batches.push(builder.finish().map_err(|e| e.to_string())?);
-    } else {
-        // Some key cannot be a row of this table: one builder per key keeps the others.
-        for i in &items {
-            let mut one = BatchBuilder::new(&only_keys);
-            if one.append(i).is_ok()
-                && let Ok(b) = one.finish()
-            {
-                batches.push(b);
-            }
-        }
-    }
     let schema = BatchBuilder::new(&only_keys).schema();
     let types: Vec<DataType> = schema.fields().iter().map(|f| f.data_type().clone()).collect();
     let converter =
         RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).map_err(|e| e.to_string())?;
-    let mut set = HashSet::new();
-    for b in &batches {
-        let rows = converter.convert_columns(b.columns()).map_err(|e| e.to_string())?;
-        set.extend(rows.iter().map(|r| r.as_ref().to_vec().into_boxed_slice()));
-    }
-    Ok(KeySet { names, types, converter, set })
+    Ok(KeySet { names, types, converter, only_keys, keys, set: std::sync::OnceLock::new() })
 }
 
-/// The changed keys of one table, as rows of its key columns.
-struct KeySet {
+/// The rows of the key columns of `only_keys` that `keys` make, each with its index in `keys`
+/// (keys that no row of the table can hold, a value its key column cannot take, are left out).
+fn key_set(only_keys: &TableSchema, keys: &[String], converter: &RowConverter) -> Result<KeyRows, String> {
+    let items: Vec<(u32, _)> = keys
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| crate::decode::json::decode_item_object(k).ok().map(|item| (i as u32, item)))
+        .collect();
+    let mut builder = BatchBuilder::new(only_keys);
+    // Each batch with the index in `keys` of each of its rows.
+    let mut batches = Vec::new();
+    if items.iter().all(|(_, i)| builder.append(i).is_ok()) {
+        batches.push((builder.finish().map_err(|e| e.to_string())?, items.iter().map(|(k, _)| *k).collect()));
+    } else {
+        // Some key cannot be a row of this table: one builder per key keeps the others.
+        for (k, i) in &items {
+            let mut one = BatchBuilder::new(only_keys);
+            if one.append(i).is_ok()
+                && let Ok(b) = one.finish()
+            {
+                batches.push((b, vec![*k]));
+            }
+        }
+    }
+    let mut set = KeyRows::default();
+    for (b, indexes) in &batches {
+        let rows = converter.convert_columns(b.columns()).map_err(|e| e.to_string())?;
+        set.extend(rows.iter().zip(indexes).map(|(r, &k)| (r.as_ref().to_vec().into_boxed_slice(), k)));
+    }
+    Ok(set)
+}
+
+/// Each changed key's row of key columns, with its index in the keys given. Every row of a
+/// table is looked up here, so it hashes with foldhash (already built for DataFusion).
+type KeyRows = HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>;
+
+/// The changed keys of one table, as rows of its key columns. The rows are made when first
+/// looked up: a merge that knows where the keys are ([`Located`]) and whose new rows are all
+/// upserts never decodes them.
+struct KeySet<'k> {
     names: Vec<String>,
     types: Vec<DataType>,
     converter: RowConverter,
-    set: HashSet<Box<[u8]>>,
+    only_keys: TableSchema,
+    keys: &'k [String],
+    set: std::sync::OnceLock<Result<KeyRows, String>>,
 }
 
-impl KeySet {
+impl KeySet<'_> {
+    fn set(&self) -> Result<&KeyRows, String> {
+        self.set.get_or_init(|| key_set(&self.only_keys, self.keys, &self.converter)).as_ref().map_err(Clone::clone)
+    }
+
     /// Which rows of `batch` hold a changed key; `None` when the batch lacks a key column.
     fn matches(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>, String> {
+        Ok(self.indexes(batch)?.map(|found| found.iter().map(|k| Some(k.is_some())).collect()))
+    }
+
+    /// Per row of `batch`: the index of the changed key it holds, if it holds one; `None` when the
+    /// batch lacks a key column.
+    fn indexes(&self, batch: &RecordBatch) -> Result<Option<Vec<Option<u32>>>, String> {
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.names.len());
         for (name, ty) in self.names.iter().zip(&self.types) {
             let Some(c) = batch.column_by_name(name) else { return Ok(None) };
@@ -232,8 +287,9 @@ impl KeySet {
             };
             cols.push(c);
         }
+        let set = self.set()?;
         let rows = self.converter.convert_columns(&cols).map_err(|e| e.to_string())?;
-        Ok(Some(rows.iter().map(|r| Some(self.set.contains(r.as_ref()))).collect()))
+        Ok(Some(rows.iter().map(|r| set.get(r.as_ref()).copied()).collect()))
     }
 }
 
@@ -304,6 +360,13 @@ impl NewFile {
         Ok(Some((Action::Add(add), report)))
     }
 
+    /// Drops the file unfinished.
+    pub(super) fn abandon(self) {
+        let NewFile { path, writer, .. } = self;
+        drop(writer);
+        let _ = fs::remove_file(&path);
+    }
+
     /// [`NewFile::finish`], then the file put into the table at `home` ([`Home::place`]).
     pub(super) fn finish_into(self, home: &Home, table: &str) -> Result<Option<(Action, FileReport)>, SinkError> {
         let (name, path) = (self.name.clone(), self.path.clone());
@@ -328,17 +391,32 @@ struct Live {
 /// complete table (`parts`) and laid out as `plan` says; `Ok(Err(reason))` when the table
 /// cannot be merged. Each part's rows of changed keys are found by its key columns alone, then
 /// only those rows are read whole (a row selection: the other rows are skipped, not decoded).
+#[allow(clippy::too_many_arguments, reason = "each is one part of the file's making")]
 fn upserted_rows(
     parts: &[PathBuf],
-    keyset: &KeySet,
+    keyset: &KeySet<'_>,
     plan: &Plan,
     dir: &Path,
     props: &WriterProperties,
     table: &str,
     tag: &str,
+    all: bool,
 ) -> Result<Result<NewFile, String>, SinkError> {
     let mut upserts = NewFile::create(dir, format!("part-u00000-{tag}.parquet"), plan.schema.clone(), props, table)?;
     for part in parts {
+        if all {
+            // Every row of the part is a changed key's.
+            let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
+            for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))? {
+                let batch = batch.map_err(arrow_err(table, part))?;
+                match conform(&batch, plan) {
+                    Ok(laid) => upserts.write(&laid, table)?,
+                    Err(e) => return Ok(Err(not_fitting(e, upserts))),
+                }
+            }
+            continue;
+        }
         let count = match changed_rows(part, table, keyset)? {
             Ok(Some(count)) => count,
             Ok(None) => return Ok(Err("a part of this run lacks a key column".into())),
@@ -355,11 +433,73 @@ fn upserted_rows(
             reader.with_row_selection(selection).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))?;
         for batch in reader {
             let picked = batch.map_err(arrow_err(table, part))?;
-            let laid = conform(&picked, plan).map_err(arrow_err(table, part))?;
-            upserts.write(&laid, table)?;
+            match conform(&picked, plan) {
+                Ok(laid) => upserts.write(&laid, table)?,
+                Err(e) => return Ok(Err(not_fitting(e, upserts))),
+            }
         }
     }
     Ok(Ok(upserts))
+}
+
+/// The changed keys a Delta table's current version holds (`keys`' indexes, each once per live
+/// row: a row its deletion vector deletes is not held), found by reading the key columns of its
+/// data files; `Ok(Err(reason))` when its keys cannot be compared with them (as [`merge`] would
+/// replace the table for). What an apply that does not replay the full export knows of where
+/// each changed key was. A table whose `txn` already covers `txn_version` (an earlier attempt
+/// of the run merged it, then stopped) no longer says where the keys were: that is a reason too.
+pub fn locate(
+    home: &Home,
+    scratch: &Path,
+    table: &str,
+    contract: &TableSchema,
+    key_attributes: &[String],
+    keys: &[String],
+    txn_version: Option<i64>,
+) -> Result<Result<(Vec<u32>, Located), String>, SinkError> {
+    let fail = delta_err(table, &home.shown());
+    let handle = crate::store::io_runtime().block_on(home.open(None)).map_err(&fail)?;
+    let have = super::txn_version(&handle).map_err(&fail)?;
+    if let (Some(have), Some(want)) = (have, txn_version)
+        && have >= want
+    {
+        return Ok(Err("an earlier attempt of this apply merged it already".into()));
+    }
+    let keyset = match key_rows(contract, key_attributes, keys) {
+        Ok(k) => k,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let snapshot = handle.snapshot().map_err(&fail)?;
+    let mut found = Vec::new();
+    let mut located = Located { version: snapshot.version(), files: HashMap::new() };
+    for f in snapshot.log_data().iter() {
+        let rel = f.path().into_owned();
+        let path = home.local_copy(&rel, scratch)?;
+        let count = changed_rows(&path, table, &keyset);
+        home.done_with(&path);
+        let count = match count? {
+            Ok(Some(count)) => count,
+            Ok(None) => return Ok(Err(format!("data file `{rel}` lacks a key column"))),
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let deleted = match &f.remove_action(true).deletion_vector {
+            Some(d) => match dv::read(home, d)? {
+                Ok(rows) => rows,
+                Err(reason) => return Ok(Err(reason)),
+            },
+            None => RoaringTreemap::new(),
+        };
+        found.extend(count.positions.iter().zip(&count.keys).filter(|(p, _)| !deleted.contains(**p)).map(|(_, k)| *k));
+        located.files.insert(rel, count.positions);
+    }
+    Ok(Ok((found, located)))
+}
+
+/// Why changed rows cannot be laid out in the table's columns (a value its type cannot hold
+/// exactly); the file of upserted rows begun is abandoned.
+fn not_fitting(e: datafusion::arrow::error::ArrowError, upserts: NewFile) -> String {
+    upserts.abandon();
+    format!("a changed row does not fit the table's columns: {e}")
 }
 
 /// Applies the changed keys of `input` to its Delta table in one commit.
@@ -378,6 +518,8 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         props,
         tag,
         deletion_vectors,
+        located,
+        upserts_only,
     } = input;
     let fail = delta_err(table, &home.shown());
     let Some(contract) = contract else { return Ok(Merged::Replace("the table has no key columns".into())) };
@@ -425,51 +567,76 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let total = current.len();
     let mut holding = Vec::with_capacity(total);
     let mut marked: Vec<(Live, RoaringTreemap)> = Vec::new();
+    // What the run's check found in the version this merge reads: the files are not read again.
+    let found = located.filter(|l| l.version == snapshot.version());
     for live in current {
-        let path = home.local_copy(&live.add.path, scratch)?;
-        let count = match changed_rows(&path, table, &keyset)? {
-            Ok(Some(count)) => count,
-            Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path))),
-            Err(reason) => return Ok(Merged::Replace(reason)),
-        };
-        if marking {
-            home.done_with(&path);
-            let deleted = match &live.remove.deletion_vector {
-                Some(d) => match dv::read(home, d)? {
-                    Ok(rows) => rows,
-                    Err(reason) => return Ok(Merged::Replace(reason)),
-                },
-                None => RoaringTreemap::new(),
-            };
-            // Rows an earlier commit marked are gone already: only the live ones are removed.
-            let fresh: RoaringTreemap = count.positions.iter().copied().filter(|p| !deleted.contains(*p)).collect();
-            if !fresh.is_empty() {
-                report.files_marked += 1;
-                report.rows_removed += fresh.len();
-                marked.push((live, deleted | fresh));
+        let cached = found.and_then(|l| l.files.get(&live.add.path)).filter(|_| marking);
+        let (count, copy) = match cached {
+            Some(positions) => {
+                let count = KeyCount {
+                    changed: positions.len() as u64,
+                    positions: positions.clone(),
+                    keys: Vec::new(),
+                    rows: 0,
+                    row_groups: 0,
+                };
+                (count, None)
             }
-        } else if live.remove.deletion_vector.is_some() {
-            // Rewriting it would bring back the rows its vector deletes.
-            home.done_with(&path);
-            return Ok(Merged::Replace(format!(
-                "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
-                live.add.path,
-                dv::ENABLE
-            )));
-        } else if count.changed == 0 {
-            home.done_with(&path);
-        } else {
-            report.files_rewritten += 1;
-            report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
-            report.rows_removed += count.changed;
-            holding.push((live.add.path, live.remove, path));
-        }
+            None => {
+                let path = home.local_copy(&live.add.path, scratch)?;
+                match changed_rows(&path, table, &keyset)? {
+                    Ok(Some(count)) => (count, Some(path)),
+                    Ok(None) => {
+                        return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path)));
+                    }
+                    Err(reason) => return Ok(Merged::Replace(reason)),
+                }
+            }
+        };
+        let path = match copy {
+            Some(path) if !marking && live.remove.deletion_vector.is_none() && count.changed > 0 => path,
+            copy => {
+                if let Some(p) = &copy {
+                    home.done_with(p);
+                }
+                if marking {
+                    let deleted = match &live.remove.deletion_vector {
+                        Some(d) => match dv::read(home, d)? {
+                            Ok(rows) => rows,
+                            Err(reason) => return Ok(Merged::Replace(reason)),
+                        },
+                        None => RoaringTreemap::new(),
+                    };
+                    // Rows an earlier commit marked are gone already: only the live ones are removed.
+                    let fresh: RoaringTreemap =
+                        count.positions.iter().copied().filter(|p| !deleted.contains(*p)).collect();
+                    if !fresh.is_empty() {
+                        report.files_marked += 1;
+                        report.rows_removed += fresh.len();
+                        marked.push((live, deleted | fresh));
+                    }
+                } else if live.remove.deletion_vector.is_some() {
+                    // Rewriting it would bring back the rows its vector deletes.
+                    return Ok(Merged::Replace(format!(
+                        "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
+                        live.add.path,
+                        dv::ENABLE
+                    )));
+                }
+                continue;
+            }
+        };
+        report.files_rewritten += 1;
+        report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
+        report.rows_removed += count.changed;
+        holding.push((live.add.path, live.remove, path));
     }
     if marking {
-        let upserts = match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag)? {
-            Ok(u) => u,
-            Err(reason) => return Ok(Merged::Replace(reason)),
-        };
+        let upserts =
+            match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag, upserts_only)? {
+                Ok(u) => u,
+                Err(reason) => return Ok(Merged::Replace(reason)),
+            };
         report.rows_upserted = upserts.rows;
         if !marked.is_empty() {
             let vectors: Vec<RoaringTreemap> = marked.iter().map(|(_, rows)| rows.clone()).collect();
@@ -520,10 +687,11 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         }
     } else {
         // The changed keys' current rows, from the replay's complete table.
-        let upserts = match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag)? {
-            Ok(u) => u,
-            Err(reason) => return Ok(Merged::Replace(reason)),
-        };
+        let upserts =
+            match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag, upserts_only)? {
+                Ok(u) => u,
+                Err(reason) => return Ok(Merged::Replace(reason)),
+            };
         report.rows_upserted = upserts.rows;
 
         // The files holding a changed key, rewritten without those rows.
@@ -579,7 +747,7 @@ struct Commit<'a> {
     home: &'a Home,
     table_handle: &'a DeltaTable,
     plan: &'a Plan,
-    keyset: &'a KeySet,
+    keyset: &'a KeySet<'a>,
     txn_version: Option<i64>,
     actions: Vec<Action>,
     report: DeltaMerge,
@@ -636,6 +804,8 @@ struct KeyCount {
     changed: u64,
     /// Their positions in the file (from 0), ascending.
     positions: Vec<u64>,
+    /// The index of the changed key each of them holds.
+    keys: Vec<u32>,
     rows: u64,
     row_groups: usize,
 }
@@ -643,7 +813,7 @@ struct KeyCount {
 /// How many rows of the data file at `path` hold a changed key (its key columns read only);
 /// `Ok(None)` when it lacks a key column, `Err(reason)` when its keys cannot be compared (the
 /// table is then replaced whole).
-fn changed_rows(path: &Path, table: &str, keyset: &KeySet) -> Result<Result<Option<KeyCount>, String>, SinkError> {
+fn changed_rows(path: &Path, table: &str, keyset: &KeySet<'_>) -> Result<Result<Option<KeyCount>, String>, SinkError> {
     let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, path))?;
     let mut indices = Vec::with_capacity(keyset.names.len());
@@ -655,19 +825,24 @@ fn changed_rows(path: &Path, table: &str, keyset: &KeySet) -> Result<Result<Opti
     }
     let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
     let row_groups = builder.metadata().num_row_groups();
-    let (mut positions, mut rows) = (Vec::new(), 0u64);
+    let (mut positions, mut keys, mut rows) = (Vec::new(), Vec::new(), 0u64);
     for batch in builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, path))? {
         let batch = batch.map_err(arrow_err(table, path))?;
-        match keyset.matches(&batch) {
-            Ok(Some(m)) => {
-                positions.extend(m.iter().enumerate().filter(|(_, b)| *b == Some(true)).map(|(i, _)| rows + i as u64))
+        match keyset.indexes(&batch) {
+            Ok(Some(found)) => {
+                for (i, k) in found.into_iter().enumerate() {
+                    if let Some(k) = k {
+                        positions.push(rows + i as u64);
+                        keys.push(k);
+                    }
+                }
             }
             Ok(None) => return Ok(Ok(None)),
             Err(reason) => return Ok(Err(reason)),
         }
         rows += batch.num_rows() as u64;
     }
-    Ok(Ok(Some(KeyCount { changed: positions.len() as u64, positions, rows, row_groups })))
+    Ok(Ok(Some(KeyCount { changed: positions.len() as u64, positions, keys, rows, row_groups })))
 }
 
 #[cfg(test)]
@@ -726,6 +901,31 @@ mod tests {
         assert!(laid.column(1).is_null(0));
         let n = laid.column(2).as_any().downcast_ref::<datafusion::arrow::array::Decimal128Array>().unwrap();
         assert_eq!(n.value_as_string(0), "12.0000");
+    }
+
+    #[test]
+    fn a_decimal_of_a_smaller_scale_goes_into_the_tables_value_by_value() {
+        let current = schema(vec![Field::new("n", DataType::Decimal128(38, 4), true)]);
+        let new = schema(vec![Field::new("n", DataType::Decimal128(38, 1), true)]);
+        let p = plan(&current, &new).unwrap();
+        let values = |v: Vec<i128>| {
+            let a = datafusion::arrow::array::Decimal128Array::from(v).with_precision_and_scale(38, 1).unwrap();
+            RecordBatch::try_new(Arc::new(new.clone()), vec![Arc::new(a)]).unwrap()
+        };
+        let laid = conform(&values(vec![125]), &p).unwrap();
+        let n = laid.column(0).as_any().downcast_ref::<datafusion::arrow::array::Decimal128Array>().unwrap();
+        assert_eq!(n.value_as_string(0), "12.5000");
+        // 37 integer digits do not fit 34: refused, never rounded or nulled.
+        assert!(conform(&values(vec![10i128.pow(37)]), &p).is_err());
+        let larger_scale = schema(vec![Field::new("n", DataType::Decimal128(38, 5), true)]);
+        assert!(plan(&current, &larger_scale).is_err());
+        // A column of nulls (its metadata says `NULL`) goes into any column as its nulls.
+        let meta = std::collections::HashMap::from([(crate::schema::META_DYNAMODB_TYPE.to_owned(), "NULL".to_owned())]);
+        let nulls = schema(vec![Field::new("n", DataType::Utf8, true).with_metadata(meta)]);
+        let p = plan(&current, &nulls).unwrap();
+        assert!(matches!(p.fills[0], Fill::Null));
+        assert_eq!(p.schema.field(0).data_type(), &DataType::Decimal128(38, 4));
+        assert!(plan(&current, &schema(vec![Field::new("n", DataType::Utf8, true)])).is_err());
     }
 
     #[test]

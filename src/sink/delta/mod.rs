@@ -67,6 +67,15 @@ pub struct DeltaRun {
     /// `--deletion-vectors`: every table this run commits takes deletion vectors ([`dv`]); an
     /// output that has them keeps them whatever later runs ask (`RunManifest::deletion_vectors`).
     pub deletion_vectors: bool,
+    /// The run applies incremental exports without replaying the full export (an output with
+    /// deletion vectors): its staged tables hold only the changed keys' rows and `_rejects` only
+    /// its own rejects, so `_rejects` takes them by an append, and every table the previous
+    /// output listed must be merged (its rows are the previous ones less those removed plus
+    /// those upserted), never replaced.
+    pub in_place: bool,
+    /// By table: where the run's check found the changed keys (an apply in place), so its MERGE
+    /// does not read the key columns again when the table is still at the version checked.
+    pub located: BTreeMap<String, merge::Located>,
 }
 
 /// The keys a run's new incremental exports changed.
@@ -120,6 +129,10 @@ pub enum DeltaError {
     Unpublished { table: String, path: String, named: u64, version: u64, operation: String },
     #[error("vacuuming Delta table `{table}` at `{path}`: {source}")]
     Vacuum { table: String, path: String, source: Box<DeltaTableError> },
+    /// An apply without replay (`DeltaRun::in_place`) found a table it cannot merge after its
+    /// check passed (another run changed the table in between).
+    #[error("Delta table `{table}` at `{path}` cannot be merged in place: {reason}; this run stopped there")]
+    InPlace { table: String, path: String, reason: String },
     /// A data file's deletion vector cannot be read, so its live rows are unknown.
     #[error("the deletion vector of `{file}` in Delta table `{table}` cannot be read: {reason}")]
     DeletionVector { table: String, file: String, reason: String },
@@ -149,6 +162,9 @@ impl DeltaError {
             }
             DeltaError::Unpublished { .. } => Some(
                 "let that run finish, or run the same `etl unwind … --format delta` again to complete it, then maintain the output",
+            ),
+            DeltaError::InPlace { .. } => Some(
+                "run it again: the tables this run committed hold its exports' rows exactly once, and the next run checks the tables again before it merges",
             ),
             DeltaError::DeletionVector { .. } => Some(
                 "the table's log names a deletion-vector file that is missing or damaged; restore it from a backup, or unwind the exports again into a new output",
@@ -268,6 +284,10 @@ impl Sink for DeltaSink {
 
     fn delta_run(&mut self, run: DeltaRun) {
         self.run = run;
+    }
+
+    fn delta_home(&self) -> Option<Home> {
+        Some(Home::Dir(self.target.clone()))
     }
 
     fn commit(
@@ -417,6 +437,54 @@ pub(super) fn commit_tables(
         {
             tracing::info!(table = %table.name, version, "the table's Delta transaction covers this run: skipped");
             skipped(table, version, &mut versions);
+            if run.in_place {
+                table.rows = live_rows(&at, &table.name, version)?;
+            }
+            continue;
+        }
+        let listed_before = previous.and_then(|p| p.tables.iter().find(|t| t.name == table.name)).map(|t| t.rows);
+        if run.in_place
+            && table.name == crate::normalize::naming::REJECTS_TABLE
+            && let Some(t) = &existing
+        {
+            // This run's rejects only: appended to those of the runs before.
+            let mut adds = Vec::with_capacity(table.files.len());
+            for (f, (from, file_name)) in table.files.iter_mut().zip(staged.iter().zip(&names)) {
+                adds.push(Action::Add(add_action(file_name.clone(), from, f.rows)?));
+                at.place(from, file_name)?;
+                f.path = format!("{}/{file_name}", table.name);
+                files += 1;
+                bytes += f.bytes;
+            }
+            at.settle()?;
+            let appended = table.files.len() as u64;
+            let version = if adds.is_empty() {
+                t.version().unwrap_or_default()
+            } else {
+                match append_read_version(t, adds, run.txn_version).map_err(merge::delta_err(&table.name, &path)) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let version = after_conflict(e, &at, run, &table.name, tag)?;
+                        skipped(table, version, &mut versions);
+                        if run.in_place {
+                            table.rows = live_rows(&at, &table.name, version)?;
+                        }
+                        continue;
+                    }
+                }
+            };
+            table.delta_version = Some(version);
+            table.delta_merge = Some(manifest::DeltaMerge {
+                mode: if appended == 0 { manifest::MergeMode::Unchanged } else { manifest::MergeMode::Append },
+                changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
+                rows_upserted: table.rows,
+                files_added: appended,
+                bytes_added: table.bytes(),
+                ..Default::default()
+            });
+            table.rows += listed_before.unwrap_or(0);
+            versions.insert(table.name.clone(), version);
+            super::faults::point("delta-table-committed");
             continue;
         }
         let mut replace_reason = None;
@@ -435,10 +503,17 @@ pub(super) fn commit_tables(
                 props,
                 tag,
                 deletion_vectors: vectors,
+                located: run.located.get(&table.name),
+                upserts_only: run.in_place,
             });
             match merged {
                 Ok(merge::Merged::Done { version, report, files: added }) => {
                     tracing::info!(table = %table.name, version, files_rewritten = report.files_rewritten, bytes_rewritten = report.bytes_rewritten, "merged the Delta table");
+                    if run.in_place {
+                        // Its staged rows are the upserted ones only.
+                        table.rows =
+                            (listed_before.unwrap_or(0) + report.rows_upserted).saturating_sub(report.rows_removed);
+                    }
                     files += added.len();
                     bytes += added.iter().map(|f| f.bytes).sum::<u64>();
                     table.files = added;
@@ -448,6 +523,9 @@ pub(super) fn commit_tables(
                     super::faults::point("delta-table-committed");
                     continue;
                 }
+                Ok(merge::Merged::Replace(reason)) if run.in_place && listed_before.is_some() => {
+                    return Err(DeltaError::InPlace { table: table.name.clone(), path, reason }.into());
+                }
                 Ok(merge::Merged::Replace(reason)) => {
                     tracing::warn!(table = %table.name, %reason, "the Delta table is replaced whole");
                     replace_reason = Some(reason);
@@ -455,6 +533,9 @@ pub(super) fn commit_tables(
                 Err(e) => {
                     let version = after_conflict(e, &at, run, &table.name, tag)?;
                     skipped(table, version, &mut versions);
+                    if run.in_place {
+                        table.rows = live_rows(&at, &table.name, version)?;
+                    }
                     continue;
                 }
             }
@@ -481,6 +562,9 @@ pub(super) fn commit_tables(
             Err(e) => {
                 let version = after_conflict(e, &at, run, &table.name, tag)?;
                 skipped(table, version, &mut versions);
+                if run.in_place {
+                    table.rows = live_rows(&at, &table.name, version)?;
+                }
                 continue;
             }
         };
@@ -530,6 +614,25 @@ pub(super) fn commit_tables(
         super::faults::point("delta-table-committed");
     }
     Ok(Placed { versions, files, bytes })
+}
+
+/// The rows version `version` of the table at `at` holds: each data file's record count less
+/// the rows its deletion vector deletes.
+fn live_rows(at: &Home, table: &str, version: u64) -> Result<u64, SinkError> {
+    let path = at.shown();
+    let fail =
+        |source| DeltaError::Open { table: table.to_owned(), path: path.clone(), version, source: Box::new(source) };
+    let t = crate::store::io_runtime().block_on(at.open(Some(version))).map_err(fail)?;
+    let snapshot = t.snapshot().map_err(fail)?;
+    let mut rows = 0u64;
+    for f in snapshot.log_data().iter() {
+        let Some(n) = f.num_records() else {
+            return Err(fail(DeltaTableError::Generic(format!("data file `{}` has no record count", f.path()))).into());
+        };
+        let deleted = f.deletion_vector_descriptor().map_or(0, |d| d.cardinality.max(0).unsigned_abs());
+        rows += (n as u64).saturating_sub(deleted);
+    }
+    Ok(rows)
 }
 
 /// Records `table` as skipped at `version`: its `txn` already covers this run.
@@ -672,7 +775,7 @@ pub(super) fn publish_manifest(
 }
 
 /// The version of the last etl `txn` committed to `table`.
-fn txn_version(table: &deltalake::DeltaTable) -> Result<Option<i64>, DeltaTableError> {
+pub(super) fn txn_version(table: &deltalake::DeltaTable) -> Result<Option<i64>, DeltaTableError> {
     let snapshot = table.snapshot()?;
     let log_store = table.log_store();
     crate::store::io_runtime().block_on(snapshot.transaction_version(log_store.as_ref(), TXN_APP_ID))
@@ -739,6 +842,30 @@ fn commit_table(
     };
     let committed = crate::store::io_runtime().block_on(async { builder.await }).map_err(fail)?;
     committed.version().ok_or_else(|| fail(DeltaTableError::Generic("the commit returned no version".into())))
+}
+
+/// Adds `adds` to the version `read` holds (an append), committed as the next version only,
+/// with the run's `txn`.
+fn append_read_version(
+    read: &deltalake::DeltaTable,
+    adds: Vec<Action>,
+    txn: Option<i64>,
+) -> Result<u64, DeltaTableError> {
+    let mut props = CommitProperties::default().with_max_retries(0);
+    if let Some(v) = txn {
+        props = props.with_application_transaction(Transaction::new(TXN_APP_ID, v));
+    }
+    let snapshot = read.snapshot()?;
+    let operation =
+        deltalake::protocol::DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None };
+    let log_store = read.log_store();
+    let committed = crate::store::io_runtime().block_on(async {
+        deltalake::kernel::transaction::CommitBuilder::from(props)
+            .with_actions(adds)
+            .build(Some(snapshot), log_store, operation)
+            .await
+    })?;
+    Ok(committed.version())
 }
 
 /// Replaces every file (and the schema) of the version `read` holds with `adds`, committed as

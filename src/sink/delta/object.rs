@@ -137,6 +137,10 @@ impl Sink for DeltaObjectSink {
         self.run = run;
     }
 
+    fn delta_home(&self) -> Option<Home> {
+        Some(Home::Object { store: self.store.clone(), url: self.url.clone() })
+    }
+
     fn commit(
         self: Box<Self>,
         mut manifest: RunManifest,

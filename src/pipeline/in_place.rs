@@ -1,0 +1,202 @@
+//! Applying incremental exports in place: onto a Delta output whose tables take deletion
+//! vectors, an apply does not replay the full export it keeps.
+//!
+//! An ordinary apply ([`super::apply`]) unwinds the whole chain again (the full export, the
+//! exports the output already applied, the new ones) and merges the keys the new exports changed
+//! out of that replay: as much work as a full unwind, whatever the size of the change. In place,
+//! pass one reads the incremental exports (with their checks and rejects, as always) and the
+//! current images of the keys the new exports changed, and skips the full export's data files
+//! (their checksums and counts were verified when the output was made, and the output keeps
+//! them). What the replay gave besides the changed rows comes from the output itself:
+//!
+//! - where each changed key was (the report's inserts, updates, deletes, moves; which deletes of
+//!   the kept exports to keep when they are compacted): its live row in the output's tables,
+//!   found by their key columns ([`locate`]);
+//! - each table's contract: the output's, extended with the columns only the changed rows have
+//!   ([`complete`], [`crate::schema::diff::extend`]); the Delta MERGE then marks the changed
+//!   keys' rows in deletion vectors and adds their new rows, and `_rejects` takes this run's
+//!   rejects by an append.
+//!
+//! Anything that would need the replay (a changed row that does not fit its table's contract
+//! without rewriting it, a table without a contract, an earlier attempt of the same apply that
+//! merged some tables and stopped) is a reason, and the run replays instead: the same output,
+//! the slower way, said in the report's warnings.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::UnwindError;
+use super::chain::{Applier, TableLabel};
+use super::write::Written;
+use crate::normalize::naming::{REJECTS_TABLE, UNTYPED_TABLE};
+use crate::schema::TableSchema;
+use crate::sink::delta::Home;
+use crate::sink::manifest::TableReport;
+use crate::sink::{Format, RunManifest, Sink};
+
+/// What an apply in place works from: the output, as its committed run left it.
+pub struct InPlace {
+    /// The output's folder or prefix.
+    pub home: Home,
+    /// Its committed `_etl/run.json`.
+    pub previous: RunManifest,
+    /// Its tables' contracts (`_etl/schema/`).
+    pub contracts: Vec<TableSchema>,
+}
+
+/// An apply in place onto the output `sink` writes, when this run can be one: incremental
+/// exports applied onto a Delta output with deletion vectors, without a mapping. `None` for any
+/// other run, which replays as before.
+pub fn candidate(settings: &super::UnwindSettings, sink: &dyn Sink) -> Result<Option<InPlace>, UnwindError> {
+    if settings.format != Format::Delta || settings.mapping.is_some() || settings.shard.is_some() {
+        return Ok(None);
+    }
+    let Some(home) = sink.delta_home() else { return Ok(None) };
+    let Some(previous) = super::apply::previous_manifest(&settings.target, sink)? else { return Ok(None) };
+    if !previous.deletion_vectors {
+        return Ok(None);
+    }
+    let contracts = crate::sink::manifest::read_contracts(&settings.target, &settings.aws)?.unwrap_or_default();
+    Ok(Some(InPlace { home, previous, contracts }))
+}
+
+/// Where the keys `applier`'s new exports changed are live in the output's tables, as pass one's
+/// [`super::chain::ChainRead::matched`] would have them from the full export, the tables read on
+/// up to `threads` threads; `Ok(Err(reason))` when a table cannot say (the run then replays).
+pub fn locate(
+    ip: &InPlace,
+    applier: &Applier,
+    scratch: &Path,
+    txn_version: Option<i64>,
+    threads: usize,
+) -> Result<Result<Located, String>, UnwindError> {
+    let dir = scratch.join("in-place");
+    std::fs::create_dir_all(&dir).map_err(|source| UnwindError::Io {
+        action: "create",
+        path: dir.display().to_string(),
+        source,
+    })?;
+    // Each table's label and contract first, then the tables read on `threads` workers,
+    // largest first.
+    let mut tasks = Vec::new();
+    for t in &ip.previous.tables {
+        if t.name == REJECTS_TABLE {
+            continue;
+        }
+        let label = match (&t.entity, &t.child_of) {
+            (_, Some(_)) => return Ok(Err(format!("table `{}` is a child table", t.name))),
+            (Some(e), None) => TableLabel::Entity(Arc::from(e.as_str())),
+            (None, None) if t.name == UNTYPED_TABLE => TableLabel::Untyped,
+            (None, None) => return Ok(Err(format!("table `{}` has no entity", t.name))),
+        };
+        let Some(contract) = ip.contracts.iter().find(|c| c.table == t.name) else {
+            return Ok(Err(format!("table `{}` has no contract in `_etl/schema/`", t.name)));
+        };
+        tasks.push((t, label, contract));
+    }
+    tasks.sort_by_key(|(t, _, _)| std::cmp::Reverse(t.rows));
+    type Found = (usize, Result<(Vec<u32>, crate::sink::delta::merge::Located), String>);
+    let workers = super::pool::run::<_, UnwindError>(
+        threads,
+        tasks.len(),
+        |_| Ok(Vec::<Found>::new()),
+        |out, i, stop| {
+            stop.check::<UnwindError>()?;
+            let (t, _, contract) = &tasks[i];
+            let at = ip.home.join(&t.name);
+            // Tables name their files alike: each fetches its own into a folder of its own.
+            let dir = dir.join(format!("{i}"));
+            std::fs::create_dir_all(&dir).map_err(|source| UnwindError::Io {
+                action: "create",
+                path: dir.display().to_string(),
+                source,
+            })?;
+            let (keys, names) = (&applier.new_keys, &applier.key_names);
+            out.push((i, crate::sink::delta::merge::locate(&at, &dir, &t.name, contract, names, keys, txn_version)?));
+            Ok(())
+        },
+    )?;
+    let mut results: Vec<Found> = workers.into_iter().flatten().collect();
+    results.sort_by_key(|(i, _)| *i);
+    let mut found = Vec::new();
+    let mut files = BTreeMap::new();
+    for (i, result) in results {
+        let (t, label, _) = &tasks[i];
+        match result {
+            Ok((held, where_)) => {
+                found.extend(held.into_iter().map(|k| (k, label.clone())));
+                files.insert(t.name.clone(), where_);
+            }
+            Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),
+        }
+    }
+    Ok(Ok(Located { matched: applier.matched_in_place(&found), files }))
+}
+
+/// What [`locate`] found.
+pub struct Located {
+    /// As pass one's [`super::chain::ChainRead::matched`].
+    pub matched: Vec<(u32, TableLabel)>,
+    /// By table, where in its data files (for its MERGE).
+    pub files: BTreeMap<String, crate::sink::delta::merge::Located>,
+}
+
+/// Completes the tables this run wrote (the changed keys' rows, this run's rejects) into the
+/// output's: a table the output has takes its contract extended with the rows' new columns,
+/// and every table of the output this run wrote no row for is listed with its contract and no
+/// staged row (its MERGE may still remove rows). The rows of every table the output has are
+/// then this run's only; the Delta sink counts them into the table's ([`DeltaRun::in_place`]).
+/// `Err(reason)` when a table's changed rows do not fit its contract.
+///
+/// [`DeltaRun::in_place`]: crate::sink::delta::DeltaRun::in_place
+pub fn complete(ip: &InPlace, written: &mut Written) -> Result<(), String> {
+    let contract = |name: &str| ip.contracts.iter().find(|c| c.table == name);
+    for t in &mut written.tables {
+        if t.name == REJECTS_TABLE {
+            continue;
+        }
+        if !ip.previous.tables.iter().any(|p| p.name == t.name) {
+            // A new table, unless the output names its entity otherwise.
+            if let Some(p) = ip.previous.tables.iter().find(|p| p.entity.is_some() && p.entity == t.entity) {
+                return Err(format!("the rows of table `{}` are in table `{}` in the output", t.name, p.name));
+            }
+            continue;
+        }
+        let Some(before) = contract(&t.name) else {
+            return Err(format!("table `{}` has no contract in `_etl/schema/`", t.name));
+        };
+        let Some(schema) = written.schemas.iter_mut().find(|s| s.table == t.name) else {
+            return Err(format!("table `{}` was written without a contract", t.name));
+        };
+        if before.entity != schema.entity {
+            return Err(format!("table `{}` holds another entity in the output", t.name));
+        }
+        *schema = crate::schema::diff::extend(before, schema).map_err(|r| format!("table `{}`: {r}", t.name))?;
+        t.columns = schema.columns.len();
+    }
+    for p in &ip.previous.tables {
+        if written.tables.iter().any(|t| t.name == p.name) {
+            continue;
+        }
+        if p.name != REJECTS_TABLE {
+            let Some(c) = contract(&p.name) else {
+                return Err(format!("table `{}` has no contract in `_etl/schema/`", p.name));
+            };
+            written.schemas.push(c.clone());
+        }
+        written.tables.push(TableReport {
+            name: p.name.clone(),
+            entity: p.entity.clone(),
+            child_of: p.child_of.clone(),
+            rows: 0,
+            columns: p.columns,
+            files: Vec::new(),
+            delta_version: None,
+            delta_merge: None,
+        });
+    }
+    written.tables.sort_by(|a, b| a.name.cmp(&b.name));
+    written.schemas.sort_by(|a, b| a.table.cmp(&b.table));
+    Ok(())
+}
