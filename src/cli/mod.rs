@@ -186,7 +186,8 @@ pub struct UnwindArgs {
     /// rewriting every data file that holds one. Readers need deletion-vector support (Spark,
     /// Trino, DuckDB's `delta` extension, deltalake's DataFusion reader and `etl sql`; the Python
     /// `deltalake` package's pyarrow dataset refuses such tables). An output keeps them once a
-    /// run asked for them.
+    /// run asked for them, and incremental exports are then applied in place: the full export
+    /// the output keeps is not read again.
     #[arg(long, hide_short_help = true)]
     pub deletion_vectors: bool,
     /// Process shard I of N (counted from 0) of the export's data files, for a job array: each
