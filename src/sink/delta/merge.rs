@@ -32,12 +32,12 @@ use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection};
 use datafusion::parquet::file::properties::WriterProperties;
 use deltalake::DeltaTable;
-use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, MetadataExt as _, Remove, StructType, Transaction};
+use deltalake::kernel::transaction::CommitBuilder;
+use deltalake::kernel::{Action, Add, MetadataExt as _, Remove, StructType};
 use deltalake::protocol::DeltaOperation;
 use roaring::RoaringTreemap;
 
-use super::{DeltaError, Home, TXN_APP_ID, add_action, delta_schema, dv, sync};
+use super::{DeltaError, Home, add_action, delta_schema, dv, sync};
 use crate::normalize::BatchBuilder;
 use crate::schema::TableSchema;
 use crate::sink::SinkError;
@@ -776,12 +776,7 @@ fn commit(c: Commit<'_>) -> Result<Merged, SinkError> {
             .map_err(|e| fail(deltalake::DeltaTableError::Generic(e.to_string())))?;
         actions.insert(0, Action::Metadata(metadata));
     }
-    // Never committed on top of a version this run did not read: deltalake's retry would let a
-    // MERGE that removes no file land twice. A lost race is decided by the `txn` instead.
-    let mut props_commit = CommitProperties::default().with_max_retries(0);
-    if let Some(v) = txn_version {
-        props_commit = props_commit.with_application_transaction(Transaction::new(TXN_APP_ID, v));
-    }
+    let props_commit = super::commit_properties(txn_version);
     let operation = DeltaOperation::Merge {
         predicate: None,
         merge_predicate: Some(format!("key columns {}", keyset.names.join(", "))),

@@ -436,10 +436,7 @@ pub(super) fn commit_tables(
             && let Some(version) = covered(t, run, &table.name, &path)?
         {
             tracing::info!(table = %table.name, version, "the table's Delta transaction covers this run: skipped");
-            skipped(table, version, &mut versions);
-            if run.in_place {
-                table.rows = live_rows(&at, &table.name, version)?;
-            }
+            skipped(table, version, &mut versions, run.in_place.then_some(&at))?;
             continue;
         }
         let listed_before = previous.and_then(|p| p.tables.iter().find(|t| t.name == table.name)).map(|t| t.rows);
@@ -461,14 +458,13 @@ pub(super) fn commit_tables(
             let version = if adds.is_empty() {
                 t.version().unwrap_or_default()
             } else {
-                match append_read_version(t, adds, run.txn_version).map_err(merge::delta_err(&table.name, &path)) {
+                match commit_on_read_version(t, None, adds, commit_properties(run.txn_version))
+                    .map_err(merge::delta_err(&table.name, &path))
+                {
                     Ok(v) => v,
                     Err(e) => {
                         let version = after_conflict(e, &at, run, &table.name, tag)?;
-                        skipped(table, version, &mut versions);
-                        if run.in_place {
-                            table.rows = live_rows(&at, &table.name, version)?;
-                        }
+                        skipped(table, version, &mut versions, run.in_place.then_some(&at))?;
                         continue;
                     }
                 }
@@ -532,10 +528,7 @@ pub(super) fn commit_tables(
                 }
                 Err(e) => {
                     let version = after_conflict(e, &at, run, &table.name, tag)?;
-                    skipped(table, version, &mut versions);
-                    if run.in_place {
-                        table.rows = live_rows(&at, &table.name, version)?;
-                    }
+                    skipped(table, version, &mut versions, run.in_place.then_some(&at))?;
                     continue;
                 }
             }
@@ -561,10 +554,7 @@ pub(super) fn commit_tables(
             Ok(v) => v,
             Err(e) => {
                 let version = after_conflict(e, &at, run, &table.name, tag)?;
-                skipped(table, version, &mut versions);
-                if run.in_place {
-                    table.rows = live_rows(&at, &table.name, version)?;
-                }
+                skipped(table, version, &mut versions, run.in_place.then_some(&at))?;
                 continue;
             }
         };
@@ -635,12 +625,22 @@ fn live_rows(at: &Home, table: &str, version: u64) -> Result<u64, SinkError> {
     Ok(rows)
 }
 
-/// Records `table` as skipped at `version`: its `txn` already covers this run.
-fn skipped(table: &mut manifest::TableReport, version: u64, versions: &mut BTreeMap<String, u64>) {
+/// Records `table` as skipped at `version`: its `txn` already covers this run. An apply in place
+/// staged only its changed rows, so the table's rows are then counted at `in_place` (the table).
+fn skipped(
+    table: &mut manifest::TableReport,
+    version: u64,
+    versions: &mut BTreeMap<String, u64>,
+    in_place: Option<&Home>,
+) -> Result<(), SinkError> {
     table.delta_version = Some(version);
     table.delta_merge = Some(manifest::DeltaMerge { mode: manifest::MergeMode::Skipped, ..Default::default() });
     table.files.clear();
     versions.insert(table.name.clone(), version);
+    if let Some(at) = in_place {
+        table.rows = live_rows(at, &table.name, version)?;
+    }
+    Ok(())
 }
 
 /// The table's version when its last etl `txn` covers this run (a run of the same or later
@@ -811,19 +811,14 @@ fn commit_table(
     let fail = |source: DeltaTableError| {
         SinkError::from(DeltaError::Commit { table: table.to_owned(), path: path.clone(), source: Box::new(source) })
     };
-    // Never committed on top of a version this run did not read: deltalake's retry would let a
-    // MERGE that removes no file land twice. A lost race is decided by the `txn` instead.
-    let mut props = CommitProperties::default().with_max_retries(0);
-    if let Some(v) = txn {
-        props = props.with_application_transaction(Transaction::new(TXN_APP_ID, v));
-    }
+    let props = commit_properties(txn);
     let had_them = read.is_some_and(dv::enabled);
     if let (Home::Object { .. }, Some(read)) = (at, read) {
         if deletion_vectors && !had_them {
             let enabled = dv::enable(read.clone()).map_err(fail)?;
-            return replace_read_version(&enabled, columns, adds, props).map_err(fail);
+            return commit_on_read_version(&enabled, Some(columns), adds, props).map_err(fail);
         }
-        return replace_read_version(read, columns, adds, props).map_err(fail);
+        return commit_on_read_version(read, Some(columns), adds, props).map_err(fail);
     }
     let builder = match at {
         Home::Dir(d) => CreateBuilder::new().with_location(d.display().to_string()),
@@ -844,47 +839,42 @@ fn commit_table(
     committed.version().ok_or_else(|| fail(DeltaTableError::Generic("the commit returned no version".into())))
 }
 
-/// Adds `adds` to the version `read` holds (an append), committed as the next version only,
-/// with the run's `txn`.
-fn append_read_version(
-    read: &deltalake::DeltaTable,
-    adds: Vec<Action>,
-    txn: Option<i64>,
-) -> Result<u64, DeltaTableError> {
-    let mut props = CommitProperties::default().with_max_retries(0);
-    if let Some(v) = txn {
-        props = props.with_application_transaction(Transaction::new(TXN_APP_ID, v));
+/// The properties of every etl commit: the run's `txn`, and no retry. Never committed on top of
+/// a version this run did not read: deltalake's retry would let a MERGE that removes no file land
+/// twice. A lost race is decided by the `txn` instead.
+pub(super) fn commit_properties(txn: Option<i64>) -> CommitProperties {
+    let props = CommitProperties::default().with_max_retries(0);
+    match txn {
+        Some(v) => props.with_application_transaction(Transaction::new(TXN_APP_ID, v)),
+        None => props,
     }
-    let snapshot = read.snapshot()?;
-    let operation =
-        deltalake::protocol::DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None };
-    let log_store = read.log_store();
-    let committed = crate::store::io_runtime().block_on(async {
-        deltalake::kernel::transaction::CommitBuilder::from(props)
-            .with_actions(adds)
-            .build(Some(snapshot), log_store, operation)
-            .await
-    })?;
-    Ok(committed.version())
 }
 
-/// Replaces every file (and the schema) of the version `read` holds with `adds`, committed as
-/// the next version only.
-fn replace_read_version(
+/// Commits `adds` on the version `read` holds, as the next version only: replacing every file of
+/// it (and its schema with `columns`), or, without `columns`, beside them (an append).
+fn commit_on_read_version(
     read: &deltalake::DeltaTable,
-    columns: StructType,
+    columns: Option<StructType>,
     adds: Vec<Action>,
     props: CommitProperties,
 ) -> Result<u64, DeltaTableError> {
     use deltalake::kernel::MetadataExt as _;
     let snapshot = read.snapshot()?;
-    let metadata =
-        snapshot.metadata().clone().with_schema(&columns).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
-    let mut actions = vec![Action::Metadata(metadata)];
-    actions.extend(snapshot.log_data().iter().map(|f| Action::Remove(f.remove_action(true))));
+    let (mode, mut actions) = match columns {
+        Some(columns) => {
+            let metadata = snapshot
+                .metadata()
+                .clone()
+                .with_schema(&columns)
+                .map_err(|e| DeltaTableError::Generic(e.to_string()))?;
+            let mut actions = vec![Action::Metadata(metadata)];
+            actions.extend(snapshot.log_data().iter().map(|f| Action::Remove(f.remove_action(true))));
+            (SaveMode::Overwrite, actions)
+        }
+        None => (SaveMode::Append, Vec::new()),
+    };
     actions.extend(adds);
-    let operation =
-        deltalake::protocol::DeltaOperation::Write { mode: SaveMode::Overwrite, partition_by: None, predicate: None };
+    let operation = deltalake::protocol::DeltaOperation::Write { mode, partition_by: None, predicate: None };
     let log_store = read.log_store();
     let committed = crate::store::io_runtime().block_on(async {
         deltalake::kernel::transaction::CommitBuilder::from(props)
