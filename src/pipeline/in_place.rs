@@ -72,11 +72,6 @@ pub fn locate(
     threads: usize,
 ) -> Result<Result<Located, String>, UnwindError> {
     let dir = scratch.join("in-place");
-    std::fs::create_dir_all(&dir).map_err(|source| UnwindError::Io {
-        action: "create",
-        path: dir.display().to_string(),
-        source,
-    })?;
     // Each table's label and contract first, then the tables read on `threads` workers,
     // largest first.
     let mut tasks = Vec::new();

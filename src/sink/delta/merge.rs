@@ -87,9 +87,17 @@ pub struct MergeInput<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct Located {
     pub version: u64,
-    /// By data file (its path in the log): the positions of the rows that hold a changed key,
-    /// including those its deletion vector deletes.
-    pub files: HashMap<String, Vec<u64>>,
+    /// By data file (its path in the log).
+    pub files: HashMap<String, LocatedFile>,
+}
+
+/// One data file as [`locate`] found it.
+#[derive(Debug, Clone, Default)]
+pub struct LocatedFile {
+    /// The positions of its rows that hold a changed key, including those its vector deletes.
+    pub positions: Vec<u64>,
+    /// The rows its deletion vector deletes.
+    pub deleted: RoaringTreemap,
 }
 
 /// Rows per batch read back from a data file.
@@ -390,7 +398,8 @@ struct Live {
 /// The file of the changed keys' current rows (not yet finished), picked out of the replay's
 /// complete table (`parts`) and laid out as `plan` says; `Ok(Err(reason))` when the table
 /// cannot be merged. Each part's rows of changed keys are found by its key columns alone, then
-/// only those rows are read whole (a row selection: the other rows are skipped, not decoded).
+/// only those rows are read whole (a row selection: the other rows are skipped, not decoded);
+/// with `all` (parts holding nothing else), every row is read.
 #[allow(clippy::too_many_arguments, reason = "each is one part of the file's making")]
 fn upserted_rows(
     parts: &[PathBuf],
@@ -404,34 +413,27 @@ fn upserted_rows(
 ) -> Result<Result<NewFile, String>, SinkError> {
     let mut upserts = NewFile::create(dir, format!("part-u00000-{tag}.parquet"), plan.schema.clone(), props, table)?;
     for part in parts {
-        if all {
-            // Every row of the part is a changed key's.
-            let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
-            for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))? {
-                let batch = batch.map_err(arrow_err(table, part))?;
-                match conform(&batch, plan) {
-                    Ok(laid) => upserts.write(&laid, table)?,
-                    Err(e) => return Ok(Err(not_fitting(e, upserts))),
-                }
+        // Every row of the part is a changed key's, or only the rows its key columns say.
+        let selection = if all {
+            None
+        } else {
+            let count = match changed_rows(part, table, keyset)? {
+                Ok(Some(count)) => count,
+                Ok(None) => return Ok(Err("a part of this run lacks a key column".into())),
+                Err(reason) => return Ok(Err(reason)),
+            };
+            if count.positions.is_empty() {
+                continue;
             }
-            continue;
-        }
-        let count = match changed_rows(part, table, keyset)? {
-            Ok(Some(count)) => count,
-            Ok(None) => return Ok(Err("a part of this run lacks a key column".into())),
-            Err(reason) => return Ok(Err(reason)),
+            let rows = count.positions.iter().map(|&p| p as usize..p as usize + 1);
+            Some(RowSelection::from_consecutive_ranges(rows, count.rows as usize))
         };
-        if count.positions.is_empty() {
-            continue;
-        }
-        let rows = count.positions.iter().map(|&p| p as usize..p as usize + 1);
-        let selection = RowSelection::from_consecutive_ranges(rows, count.rows as usize);
         let file = fs::File::open(part).map_err(SinkError::io("open", part))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
-        let reader =
-            reader.with_row_selection(selection).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))?;
-        for batch in reader {
+        let mut reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, part))?;
+        if let Some(selection) = selection {
+            reader = reader.with_row_selection(selection);
+        }
+        for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, part))? {
             let picked = batch.map_err(arrow_err(table, part))?;
             match conform(&picked, plan) {
                 Ok(laid) => upserts.write(&laid, table)?,
@@ -474,25 +476,44 @@ pub fn locate(
     let mut located = Located { version: snapshot.version(), files: HashMap::new() };
     for f in snapshot.log_data().iter() {
         let rel = f.path().into_owned();
-        let path = home.local_copy(&rel, scratch)?;
-        let count = changed_rows(&path, table, &keyset);
-        home.done_with(&path);
-        let count = match count? {
-            Ok(Some(count)) => count,
-            Ok(None) => return Ok(Err(format!("data file `{rel}` lacks a key column"))),
-            Err(reason) => return Ok(Err(reason)),
-        };
-        let deleted = match &f.remove_action(true).deletion_vector {
-            Some(d) => match dv::read(home, d)? {
-                Ok(rows) => rows,
+        let (count, deleted) =
+            match file_keys(home, scratch, table, &keyset, &rel, f.remove_action(true).deletion_vector.as_ref())? {
+                Ok(read) => read,
                 Err(reason) => return Ok(Err(reason)),
-            },
-            None => RoaringTreemap::new(),
-        };
+            };
         found.extend(count.positions.iter().zip(&count.keys).filter(|(p, _)| !deleted.contains(**p)).map(|(_, k)| *k));
-        located.files.insert(rel, count.positions);
+        located.files.insert(rel, LocatedFile { positions: count.positions, deleted });
     }
     Ok(Ok((found, located)))
+}
+
+/// The rows of data file `rel` that hold a changed key (its key columns read) and the rows its
+/// deletion vector `vector` deletes; `Ok(Err(reason))` when its keys cannot be compared or its
+/// vector read.
+fn file_keys(
+    home: &Home,
+    scratch: &Path,
+    table: &str,
+    keyset: &KeySet<'_>,
+    rel: &str,
+    vector: Option<&deltalake::kernel::DeletionVectorDescriptor>,
+) -> Result<Result<(KeyCount, RoaringTreemap), String>, SinkError> {
+    let path = home.local_copy(rel, scratch)?;
+    let count = changed_rows(&path, table, keyset);
+    home.done_with(&path);
+    let count = match count? {
+        Ok(Some(count)) => count,
+        Ok(None) => return Ok(Err(format!("data file `{rel}` lacks a key column"))),
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let deleted = match vector {
+        Some(d) => match dv::read(home, d)? {
+            Ok(rows) => rows,
+            Err(reason) => return Ok(Err(reason)),
+        },
+        None => RoaringTreemap::new(),
+    };
+    Ok(Ok((count, deleted)))
 }
 
 /// Why changed rows cannot be laid out in the table's columns (a value its type cannot hold
@@ -570,66 +591,50 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     // What the run's check found in the version this merge reads: the files are not read again.
     let found = located.filter(|l| l.version == snapshot.version());
     for live in current {
-        let cached = found.and_then(|l| l.files.get(&live.add.path)).filter(|_| marking);
-        let (count, copy) = match cached {
-            Some(positions) => {
-                let count = KeyCount {
-                    changed: positions.len() as u64,
-                    positions: positions.clone(),
-                    keys: Vec::new(),
-                    rows: 0,
-                    row_groups: 0,
-                };
-                (count, None)
-            }
-            None => {
-                let path = home.local_copy(&live.add.path, scratch)?;
-                match changed_rows(&path, table, &keyset)? {
-                    Ok(Some(count)) => (count, Some(path)),
-                    Ok(None) => {
-                        return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path)));
-                    }
-                    Err(reason) => return Ok(Merged::Replace(reason)),
-                }
-            }
-        };
-        let path = match copy {
-            Some(path) if !marking && live.remove.deletion_vector.is_none() && count.changed > 0 => path,
-            copy => {
-                if let Some(p) = &copy {
-                    home.done_with(p);
-                }
-                if marking {
-                    let deleted = match &live.remove.deletion_vector {
-                        Some(d) => match dv::read(home, d)? {
-                            Ok(rows) => rows,
-                            Err(reason) => return Ok(Merged::Replace(reason)),
-                        },
-                        None => RoaringTreemap::new(),
+        if marking {
+            let read;
+            let file = match found.and_then(|l| l.files.get(&live.add.path)) {
+                Some(file) => file,
+                None => {
+                    let vector = live.remove.deletion_vector.as_ref();
+                    read = match file_keys(home, scratch, table, &keyset, &live.add.path, vector)? {
+                        Ok((count, deleted)) => LocatedFile { positions: count.positions, deleted },
+                        Err(reason) => return Ok(Merged::Replace(reason)),
                     };
-                    // Rows an earlier commit marked are gone already: only the live ones are removed.
-                    let fresh: RoaringTreemap =
-                        count.positions.iter().copied().filter(|p| !deleted.contains(*p)).collect();
-                    if !fresh.is_empty() {
-                        report.files_marked += 1;
-                        report.rows_removed += fresh.len();
-                        marked.push((live, deleted | fresh));
-                    }
-                } else if live.remove.deletion_vector.is_some() {
-                    // Rewriting it would bring back the rows its vector deletes.
-                    return Ok(Merged::Replace(format!(
-                        "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
-                        live.add.path,
-                        dv::ENABLE
-                    )));
+                    &read
                 }
-                continue;
+            };
+            // Rows an earlier commit marked are gone already: only the live ones are removed.
+            let fresh: RoaringTreemap = file.positions.iter().copied().filter(|p| !file.deleted.contains(*p)).collect();
+            if !fresh.is_empty() {
+                report.files_marked += 1;
+                report.rows_removed += fresh.len();
+                marked.push((live, file.deleted.clone() | fresh));
             }
+            continue;
+        }
+        let path = home.local_copy(&live.add.path, scratch)?;
+        let count = match changed_rows(&path, table, &keyset)? {
+            Ok(Some(count)) => count,
+            Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path))),
+            Err(reason) => return Ok(Merged::Replace(reason)),
         };
-        report.files_rewritten += 1;
-        report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
-        report.rows_removed += count.changed;
-        holding.push((live.add.path, live.remove, path));
+        if live.remove.deletion_vector.is_some() {
+            // Rewriting it would bring back the rows its vector deletes.
+            home.done_with(&path);
+            return Ok(Merged::Replace(format!(
+                "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
+                live.add.path,
+                dv::ENABLE
+            )));
+        } else if count.changed == 0 {
+            home.done_with(&path);
+        } else {
+            report.files_rewritten += 1;
+            report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
+            report.rows_removed += count.changed;
+            holding.push((live.add.path, live.remove, path));
+        }
     }
     if marking {
         let upserts =

@@ -440,51 +440,11 @@ pub(super) fn commit_tables(
             continue;
         }
         let listed_before = previous.and_then(|p| p.tables.iter().find(|t| t.name == table.name)).map(|t| t.rows);
-        if run.in_place
-            && table.name == crate::normalize::naming::REJECTS_TABLE
-            && let Some(t) = &existing
-        {
-            // This run's rejects only: appended to those of the runs before.
-            let mut adds = Vec::with_capacity(table.files.len());
-            for (f, (from, file_name)) in table.files.iter_mut().zip(staged.iter().zip(&names)) {
-                adds.push(Action::Add(add_action(file_name.clone(), from, f.rows)?));
-                at.place(from, file_name)?;
-                f.path = format!("{}/{file_name}", table.name);
-                files += 1;
-                bytes += f.bytes;
-            }
-            at.settle()?;
-            let appended = table.files.len() as u64;
-            let version = if adds.is_empty() {
-                t.version().unwrap_or_default()
-            } else {
-                match commit_on_read_version(t, None, adds, commit_properties(run.txn_version))
-                    .map_err(merge::delta_err(&table.name, &path))
-                {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let version = after_conflict(e, &at, run, &table.name, tag)?;
-                        skipped(table, version, &mut versions, run.in_place.then_some(&at))?;
-                        continue;
-                    }
-                }
-            };
-            table.delta_version = Some(version);
-            table.delta_merge = Some(manifest::DeltaMerge {
-                mode: if appended == 0 { manifest::MergeMode::Unchanged } else { manifest::MergeMode::Append },
-                changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
-                rows_upserted: table.rows,
-                files_added: appended,
-                bytes_added: table.bytes(),
-                ..Default::default()
-            });
-            table.rows += listed_before.unwrap_or(0);
-            versions.insert(table.name.clone(), version);
-            super::faults::point("delta-table-committed");
-            continue;
-        }
+        // In place, `_rejects` holds this run's rejects only: appended to those of the runs before.
+        let append_to =
+            existing.as_ref().filter(|_| run.in_place && table.name == crate::normalize::naming::REJECTS_TABLE);
         let mut replace_reason = None;
-        if let (Some(keys), Some(t)) = (&run.merge, existing.clone()) {
+        if let (Some(keys), Some(t), None) = (&run.merge, existing.clone(), append_to) {
             let merged = merge::merge(merge::MergeInput {
                 table: &table.name,
                 home: &at,
@@ -550,7 +510,14 @@ pub(super) fn commit_tables(
         }
         at.settle()?;
         let columns = delta_schema(&table.name, &schema)?;
-        let version = match commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref(), vectors) {
+        let appended = adds.len() as u64;
+        let committed = match append_to {
+            Some(t) if adds.is_empty() => Ok(t.version().unwrap_or_default()),
+            Some(t) => commit_on_read_version(t, None, adds, commit_properties(run.txn_version))
+                .map_err(merge::delta_err(&table.name, &path)),
+            None => commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref(), vectors),
+        };
+        let version = match committed {
             Ok(v) => v,
             Err(e) => {
                 let version = after_conflict(e, &at, run, &table.name, tag)?;
@@ -561,16 +528,23 @@ pub(super) fn commit_tables(
         tracing::info!(table = %table.name, version, "committed the Delta table");
         table.delta_version = Some(version);
         if run.merge.is_some() {
-            let added = table.files.len() as u64;
+            let (mode, reason) = match append_to {
+                Some(_) if appended == 0 => (manifest::MergeMode::Unchanged, None),
+                Some(_) => (manifest::MergeMode::Append, None),
+                None => (manifest::MergeMode::Replace, replace_reason.or_else(|| Some("the table is new".into()))),
+            };
             table.delta_merge = Some(manifest::DeltaMerge {
-                mode: manifest::MergeMode::Replace,
-                reason: replace_reason.or_else(|| Some("the table is new".into())),
+                mode,
+                reason,
                 changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
                 rows_upserted: table.rows,
-                files_added: added,
+                files_added: appended,
                 bytes_added: table.bytes(),
                 ..Default::default()
             });
+        }
+        if append_to.is_some() {
+            table.rows += listed_before.unwrap_or(0);
         }
         versions.insert(table.name.clone(), version);
         super::faults::point("delta-table-committed");
