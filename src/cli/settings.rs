@@ -24,6 +24,8 @@ pub enum SettingsError {
     BadRcu(f64),
     #[error("`--deletion-vectors` is a property of Delta tables, and this run writes Parquet")]
     DeletionVectorsWithoutDelta,
+    #[error("`--in-place` is for Parquet outputs, and this run writes Delta tables")]
+    InPlaceWithDelta,
 }
 
 impl SettingsError {
@@ -35,6 +37,9 @@ impl SettingsError {
             }
             SettingsError::BadRcu(_) => None,
             SettingsError::DeletionVectorsWithoutDelta => Some("add `--format delta`, or drop `--deletion-vectors`"),
+            SettingsError::InPlaceWithDelta => Some(
+                "a Delta output is merged in place without it; with `--deletion-vectors` its apply also skips the full export",
+            ),
         }
     }
 }
@@ -62,6 +67,7 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         on_drift,
         format,
         deletion_vectors,
+        in_place,
         shard,
         phase,
         aws,
@@ -107,6 +113,10 @@ pub fn unwind(args: UnwindArgs, mapping: Option<Mapping>, cpus: usize) -> Result
         return Err(SettingsError::DeletionVectorsWithoutDelta);
     }
     s.deletion_vectors = deletion_vectors;
+    if in_place && s.format != Format::Parquet {
+        return Err(SettingsError::InPlaceWithDelta);
+    }
+    s.in_place = in_place;
     s.shard = shard.map(|shard| ShardRun {
         shard,
         phase: match phase {
@@ -151,6 +161,11 @@ mod tests {
         assert_eq!(
             unwind(args(&["e", "--out", "o", "--deletion-vectors"]), None, 8).unwrap_err(),
             SettingsError::DeletionVectorsWithoutDelta
+        );
+        assert!(unwind(args(&["e", "--out", "o", "--in-place"]), None, 8).unwrap().in_place);
+        assert_eq!(
+            unwind(args(&["e", "--out", "o", "--format", "delta", "--in-place"]), None, 8).unwrap_err(),
+            SettingsError::InPlaceWithDelta
         );
         let s = unwind(args(&["e", "--out", "s3://lake/shop", "--threads", "3", "--strict"]), None, 8).unwrap();
         assert!(matches!(s.target, Target::Object(_)));

@@ -1,5 +1,6 @@
 //! Applying incremental exports in place: onto a Delta output whose tables take deletion
-//! vectors, an apply does not replay the full export it keeps.
+//! vectors, or with `--in-place` onto a local Parquet output, an apply does not replay the full
+//! export it keeps.
 //!
 //! An ordinary apply ([`super::apply`]) unwinds the whole chain again (the full export, the
 //! exports the output already applied, the new ones) and merges the keys the new exports changed
@@ -15,7 +16,8 @@
 //! - each table's contract: the output's, extended with the columns only the changed rows have
 //!   ([`complete`], [`crate::schema::diff::extend`]); the Delta MERGE then marks the changed
 //!   keys' rows in deletion vectors and adds their new rows, and `_rejects` takes this run's
-//!   rejects by an append.
+//!   rejects by an append; a Parquet output's tables are made of its files, those holding changed
+//!   keys rewritten without them, and the run's rows ([`rewrite`], [`crate::sink::rewrite`]).
 //!
 //! Anything that would need the replay (a changed row that does not fit its table's contract
 //! without rewriting it, a table without a contract, an earlier attempt of the same apply that
@@ -32,7 +34,7 @@ use super::write::Written;
 use crate::normalize::naming::{REJECTS_TABLE, UNTYPED_TABLE};
 use crate::schema::TableSchema;
 use crate::sink::delta::Home;
-use crate::sink::manifest::TableReport;
+use crate::sink::manifest::{FileReport, TableReport};
 use crate::sink::{Format, RunManifest, Sink};
 
 /// What an apply in place works from: the output, as its committed run left it.
@@ -46,15 +48,23 @@ pub struct InPlace {
 }
 
 /// An apply in place onto the output `sink` writes, when this run can be one: incremental
-/// exports applied onto a Delta output with deletion vectors, without a mapping. `None` for any
-/// other run, which replays as before.
+/// exports applied, without a mapping, onto a Delta output with deletion vectors or, with
+/// `--in-place`, onto a local Parquet output. `None` for any other run, which replays as before.
 pub fn candidate(settings: &super::UnwindSettings, sink: &dyn Sink) -> Result<Option<InPlace>, UnwindError> {
-    if settings.format != Format::Delta || settings.mapping.is_some() || settings.shard.is_some() {
+    if settings.mapping.is_some() || settings.shard.is_some() {
         return Ok(None);
     }
-    let Some(home) = sink.delta_home() else { return Ok(None) };
+    let home = match (settings.format, &settings.target) {
+        (Format::Delta, _) => sink.delta_home(),
+        (Format::Parquet, crate::store::Target::Path(dir)) if settings.in_place && sink.staged().is_some() => {
+            Some(Home::Dir(dir.clone()))
+        }
+        (Format::Parquet, _) => None,
+    };
+    let Some(home) = home else { return Ok(None) };
     let Some(previous) = super::apply::previous_manifest(&settings.target, sink)? else { return Ok(None) };
-    if !previous.deletion_vectors {
+    let parquet = settings.format == Format::Parquet;
+    if parquet == crate::sink::delta::is_delta_output(&previous) || !(parquet || previous.deletion_vectors) {
         return Ok(None);
     }
     let contracts = crate::sink::manifest::read_contracts(&settings.target, &settings.aws)?.unwrap_or_default();
@@ -108,7 +118,13 @@ pub fn locate(
                 source,
             })?;
             let (keys, names) = (&applier.new_keys, &applier.key_names);
-            out.push((i, crate::sink::delta::merge::locate(&at, &dir, &t.name, contract, names, keys, txn_version)?));
+            let found = if crate::sink::delta::is_delta_output(&ip.previous) {
+                crate::sink::delta::merge::locate(&at, &dir, &t.name, contract, names, keys, txn_version)?
+            } else {
+                let files: Vec<String> = t.files.iter().map(|f| f.path.clone()).collect();
+                crate::sink::delta::merge::locate_files(&ip.home, &dir, &t.name, &files, contract, names, keys)?
+            };
+            out.push((i, found));
             Ok(())
         },
     )?;
@@ -167,7 +183,10 @@ pub fn complete(ip: &InPlace, written: &mut Written) -> Result<(), String> {
         if before.entity != schema.entity {
             return Err(format!("table `{}` holds another entity in the output", t.name));
         }
-        *schema = crate::schema::diff::extend(before, schema).map_err(|r| format!("table `{}`: {r}", t.name))?;
+        // The Parquet rewrite casts nested types too; a Delta MERGE casts top-level columns only.
+        let nested = !crate::sink::delta::is_delta_output(&ip.previous);
+        *schema =
+            crate::schema::diff::extend(before, schema, nested).map_err(|r| format!("table `{}`: {r}", t.name))?;
         t.columns = schema.columns.len();
     }
     for p in &ip.previous.tables {
@@ -194,4 +213,90 @@ pub fn complete(ip: &InPlace, written: &mut Written) -> Result<(), String> {
     written.tables.sort_by(|a, b| a.name.cmp(&b.name));
     written.schemas.sort_by(|a, b| a.table.cmp(&b.table));
     Ok(())
+}
+
+/// Makes each table of a local Parquet output in place ([`crate::sink::rewrite`]): its files
+/// that hold no changed key kept, the others rewritten without those rows, and this run's rows
+/// (staged by pass two) added, on up to `threads` threads. `manifest` (reconciled already, with
+/// this run's rows only) then lists each table's files and rows. `Ok(Err(reason))` when a table's
+/// rows cannot be laid out in its schema (the run then replays).
+pub fn rewrite(
+    ip: &InPlace,
+    located: &BTreeMap<String, crate::sink::delta::merge::Located>,
+    manifest: &mut RunManifest,
+    schemas: &[TableSchema],
+    sink: &dyn Sink,
+    settings: &super::UnwindSettings,
+) -> Result<Result<(), String>, UnwindError> {
+    use crate::sink::rewrite;
+    let started = std::time::Instant::now();
+    let (Home::Dir(out), Some(staged)) = (&ip.home, sink.staged()) else {
+        return Ok(Err("the output is not a local folder".into()));
+    };
+    let mut tables = Vec::with_capacity(manifest.tables.len());
+    for t in &manifest.tables {
+        let schema = if t.name == REJECTS_TABLE {
+            crate::normalize::rejects_schema()
+        } else {
+            match schemas.iter().find(|s| s.table == t.name) {
+                Some(s) => Arc::new(s.arrow_schema()),
+                None => return Ok(Err(format!("table `{}` has no contract", t.name))),
+            }
+        };
+        tables.push(rewrite::Table {
+            name: &t.name,
+            schema,
+            previous: ip.previous.tables.iter().find(|p| p.name == t.name).map_or(&[], |p| p.files.as_slice()),
+            changed: located.get(&t.name).map(|l| &l.files),
+            staged: &t.files,
+            append_to_last: t.name != REJECTS_TABLE,
+        });
+    }
+    let (jobs, replaced) = rewrite::plan(&tables, out, staged, settings.target_file_bytes)?;
+    let mut order: Vec<(usize, usize)> =
+        jobs.iter().enumerate().flat_map(|(t, js)| (0..js.len()).map(move |j| (t, j))).collect();
+    order.sort_by_key(|&(t, j)| std::cmp::Reverse(jobs[t][j].bytes()));
+    type Done = ((usize, usize), Result<Option<FileReport>, String>);
+    let workers = super::pool::run::<_, UnwindError>(
+        settings.threads,
+        order.len(),
+        |_| Ok(Vec::<Done>::new()),
+        |done, k, stop| {
+            stop.check::<UnwindError>()?;
+            let (t, j) = order[k];
+            done.push(((t, j), rewrite::run(&jobs[t][j], sink)?));
+            Ok(())
+        },
+    )?;
+    let mut results: Vec<Done> = workers.into_iter().flatten().collect();
+    results.sort_by_key(|(at, _)| *at);
+    let mut files: Vec<Vec<FileReport>> = vec![Vec::new(); tables.len()];
+    for ((t, _), result) in results {
+        match result {
+            Ok(Some(f)) => files[t].push(f),
+            Ok(None) => {}
+            Err(reason) => return Ok(Err(format!("table `{}`: {reason}", tables[t].name))),
+        }
+    }
+    for path in &replaced {
+        std::fs::remove_file(path).map_err(|source| UnwindError::Io {
+            action: "remove",
+            path: path.display().to_string(),
+            source,
+        })?;
+    }
+    let schemas: Vec<_> = tables.iter().map(|t| t.schema.clone()).collect();
+    let parts: Vec<usize> = tables.iter().map(|t| t.staged.len() + t.previous.len() + 1).collect();
+    for (((t, files), schema), part) in manifest.tables.iter_mut().zip(files).zip(schemas).zip(parts) {
+        t.files = files;
+        // A table left without a row keeps one empty file, as a run that writes none has.
+        if t.files.is_empty() {
+            t.files.push(sink.part(&t.name, part, schema)?.close()?);
+        }
+        t.rows = t.files.iter().map(|f| f.rows).sum();
+    }
+    let ms = started.elapsed().as_millis() as u64;
+    manifest.timings_ms.write += ms;
+    manifest.timings_ms.total += ms;
+    Ok(Ok(()))
 }

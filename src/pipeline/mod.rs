@@ -85,6 +85,9 @@ pub struct UnwindSettings {
     /// `--deletion-vectors` (Delta tables only): the tables take deletion vectors, and a MERGE
     /// marks the rows of changed keys deleted instead of rewriting the files holding them.
     pub deletion_vectors: bool,
+    /// `--in-place` (Parquet outputs only): incremental exports are applied onto a local
+    /// Parquet output without replaying the full export ([`in_place`]).
+    pub in_place: bool,
     /// `--shard I/N`: one phase of one shard of a sharded run ([`shard`]).
     pub shard: Option<shard::ShardRun>,
 }
@@ -111,6 +114,7 @@ impl UnwindSettings {
             on_drift: OnDrift::Allow,
             format: Format::Parquet,
             deletion_vectors: false,
+            in_place: false,
             shard: None,
         }
     }
@@ -279,6 +283,11 @@ fn unwind_once(
         (Some(_), None) => in_place::candidate(settings, sink.as_ref())?,
         _ => None,
     };
+    if settings.in_place && onto.is_some() && replaying.is_none() && in_place.is_none() {
+        return Ok(Attempt::Replay(
+            "`--in-place` applies onto a local Parquet output, without `--mapping` or `--shard`".into(),
+        ));
+    }
     if let Some(o) = onto.as_mut() {
         o.in_place = in_place.is_some();
     }
@@ -389,6 +398,13 @@ fn unwind_once(
         timings,
     })?;
     list_compacted(&mut manifest, compacted);
+    // In place onto a Parquet output: each table's files are the output's, less the changed
+    // keys' rows, with this run's rows added.
+    if let Some(ip) = in_place.as_ref().filter(|_| settings.format == Format::Parquet)
+        && let Err(reason) = in_place::rewrite(ip, &located, &mut manifest, &schemas, sink.as_ref(), settings)?
+    {
+        return Ok(Attempt::Replay(reason));
+    }
     if let Some(reason) = replaying {
         manifest
             .warnings

@@ -87,6 +87,10 @@ impl Sink for LocalSink {
         keep_in(self.staging.path(), rel, from, link, None)
     }
 
+    fn staged(&self) -> Option<&Path> {
+        Some(self.staging.path())
+    }
+
     fn keep_object(&self, rel: &str, from: &ObjectRef, shown: &str) -> Result<Option<PathBuf>, SinkError> {
         keep_object_in(self.staging.path(), rel, from, shown)
     }

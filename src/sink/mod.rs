@@ -16,6 +16,7 @@ pub mod lock;
 pub mod manifest;
 pub mod object;
 pub mod parquet;
+pub mod rewrite;
 pub mod shard;
 
 use std::path::{Path, PathBuf};
@@ -211,6 +212,12 @@ pub trait Sink: PartSink + Send + Sync {
 
     /// Where a Delta sink's output is (its folder or prefix); `None` for other sinks.
     fn delta_home(&self) -> Option<delta::Home> {
+        None
+    }
+
+    /// The local folder that becomes the output at the commit, for a sink that stages its whole
+    /// output in one (a local Parquet output); `None` for other sinks.
+    fn staged(&self) -> Option<&Path> {
         None
     }
 

@@ -452,3 +452,164 @@ fn applies_keep_the_incremental_exports_compacted_into_one() {
     assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
     assert_eq!(stamps(&out), before);
 }
+
+/// Each data file listed for `out`'s tables: its path from `out` and inode.
+fn listed_inodes(out: &Path) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for t in run_report(out)["tables"].as_array().unwrap() {
+        for f in t["files"].as_array().unwrap() {
+            let p = f["path"].as_str().unwrap().to_owned();
+            m.insert(p.clone(), std::fs::metadata(out.join(&p)).unwrap().ino());
+        }
+    }
+    m
+}
+
+/// `--in-place` onto a Parquet output: each apply of a generated chain (three exports, rows
+/// moving between tables, attributes added, removed and changing type) reads no file of the full
+/// export, keeps the files that hold no changed key (the previous output's own, hard-linked),
+/// and gives what an apply that replays the full export gives: the report's counts (per table
+/// inserts, updates, deletes, moves; rows; rejects) and every table's rows, value by value. Every
+/// file of a table has the table's one schema, and the folder holds exactly the files listed.
+#[test]
+fn in_place_applies_onto_parquet_give_the_replays_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "60", "--files", "8", "--seed", "11"];
+    let r =
+        etl(args.iter().copied().chain(["--incrementals", "3", "--change-percent", "4", "--format", "dynamodb-json"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let changes: Json = serde_json::from_slice(&std::fs::read(dir.join("final/changes.json")).unwrap()).unwrap();
+    assert!(changes["net"]["moved"].as_u64().unwrap() > 0, "the chain moves rows between tables: {changes}");
+    let (full, incs) = sample_chain(&dir);
+    // One file per input file (`--target-file-bytes 1`), so that some hold no changed key.
+    let (out, replayed) = (tmp.path().join("in-place"), tmp.path().join("replayed"));
+    let small = ["--target-file-bytes", "1"];
+    unwind(&[&full], &out, &small, 0);
+    unwind(&[&full], &replayed, &small, 0);
+    let (mut in_place_steps, mut linked, mut rewritten) = (0, 0, 0);
+    for (k, inc) in incs.iter().enumerate() {
+        let before = listed_inodes(&out);
+        unwind(&[inc], &out, &["--in-place", "--target-file-bytes", "1"], 0);
+        unwind(&[inc], &replayed, &small, 0);
+        let (report, replay) = (run_report(&out), run_report(&replayed));
+        let full_id = report["chain"]["full_export"].as_str().unwrap().to_owned();
+        let of_full = |r: &Json| {
+            let inputs = r["inputs"].as_array().unwrap().iter();
+            inputs.filter(|i| i["file"].as_str().unwrap().contains(&full_id)).count()
+        };
+        if report["chain"]["applied_in_place"] == true {
+            in_place_steps += 1;
+            assert_eq!(of_full(&report), 0, "step {k}: the full export is not among the inputs read");
+        } else {
+            let warnings = report["warnings"].as_array().unwrap();
+            assert!(
+                warnings.iter().any(|w| w.as_str().unwrap().contains("by replaying the full export, not in place")),
+                "step {k}: {warnings:?}"
+            );
+        }
+        assert!(of_full(&replay) > 0, "step {k}: a replay reads it");
+        for key in ["tables", "unmatched_deletes", "created_and_deleted", "changed_keys", "change_records", "windows"] {
+            assert_eq!(report["chain"][key], replay["chain"][key], "step {k}: `chain.{key}`");
+        }
+        assert_eq!(report["reconciliation"]["balanced"], true, "step {k}");
+        assert_eq!(report["reconciliation"]["rejects"], replay["reconciliation"]["rejects"], "step {k}");
+        let rows = |r: &Json| -> BTreeMap<String, u64> {
+            let tables = r["tables"].as_array().unwrap().iter();
+            tables
+                .filter(|t| t["rows"].as_u64().unwrap() > 0)
+                .map(|t| (t["name"].as_str().unwrap().to_owned(), t["rows"].as_u64().unwrap()))
+                .collect()
+        };
+        assert_eq!(rows(&report), rows(&replay), "step {k}: rows per table");
+        let expected = table_rows(&replayed);
+        let got = table_rows(&out);
+        for (name, rows) in &expected {
+            assert_eq!(got.get(name).map_or(&[][..], Vec::as_slice), rows.as_slice(), "step {k}: rows of `{name}`");
+        }
+        assert!(got.iter().all(|(n, r)| r.is_empty() || expected.contains_key(n)), "step {k}: {:?}", got.keys());
+        assert_eq!(canonical_rows(&out.join("_rejects")), canonical_rows(&replayed.join("_rejects")), "step {k}");
+
+        // The folder holds the files listed, each table's files one schema.
+        let listed = listed_inodes(&out);
+        let on_disk: Vec<String> = tree(&out).into_keys().filter(|p| !p.starts_with("_etl/")).collect();
+        assert_eq!(on_disk, listed.keys().cloned().collect::<Vec<_>>(), "step {k}");
+        for t in report["tables"].as_array().unwrap() {
+            let schemas: std::collections::BTreeSet<String> = t["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let file = std::fs::File::open(out.join(f["path"].as_str().unwrap())).unwrap();
+                    let b = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file);
+                    format!("{:?}", b.unwrap().schema())
+                })
+                .collect();
+            assert!(schemas.len() <= 1, "step {k}: `{}` has {} schemas", t["name"], schemas.len());
+        }
+        // Files kept are the previous output's own (the same inode); the others were rewritten.
+        if report["chain"]["applied_in_place"] == true {
+            let had: std::collections::BTreeSet<u64> = before.values().copied().collect();
+            let kept = listed.values().filter(|i| had.contains(i)).count();
+            linked += kept;
+            rewritten += listed.len() - kept;
+        }
+    }
+    assert!(in_place_steps >= 2, "{in_place_steps} of {} applies in place", incs.len());
+    assert!(linked > 0 && rewritten > 0, "{linked} files kept, {rewritten} written");
+}
+
+/// `--in-place` where an apply cannot be made in place (a mapped output) replays, says why, and
+/// gives the replay's output, byte for byte.
+#[test]
+fn in_place_onto_a_mapped_output_replays_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "20", "--files", "2", "--seed", "5"];
+    let r =
+        etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "10", "--format", "dynamodb-json"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = sample_chain(&dir);
+    let mapping = root().join("mappings/ecommerce.toml");
+    let m = ["--mapping", mapping.to_str().unwrap()];
+    let (out, replayed) = (tmp.path().join("in-place"), tmp.path().join("replayed"));
+    unwind(&[&full], &out, &m, 0);
+    unwind(&[&full], &replayed, &m, 0);
+    let run = unwind(&[&incs[0]], &out, &[m[0], m[1], "--in-place"], 0);
+    unwind(&[&incs[0]], &replayed, &m, 0);
+    let report = run_report(&out);
+    assert!(report["chain"].get("applied_in_place").is_none(), "{}", report["chain"]);
+    let warnings = report["warnings"].to_string();
+    assert!(
+        warnings.contains("not in place: `--in-place` applies onto a local Parquet output, without `--mapping`"),
+        "{warnings}"
+    );
+    assert!(run.stderr.contains("not in place"), "{}", run.stderr);
+    assert_eq!(table_bytes(&out), table_bytes(&replayed));
+}
+
+/// The real fixture applied with `--in-place`, one export at a time: both applies are made in
+/// place (the `NEW_IMAGE` deletes, which carry only keys, found in the output's table by its key
+/// columns), and the table holds the eight items of the NOTICE, value by value.
+#[test]
+fn the_real_fixture_applied_in_place_onto_parquet_holds_the_eight_items() {
+    let Some(root) = real_export() else {
+        eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    unwind(&[&export(&root, FULL)], &out, &[MISMATCH], 0);
+    for inc in [INC1, INC2] {
+        unwind(&[&export(&root, inc)], &out, &["--allow-gap", MISMATCH, "--in-place"], 0);
+        let report = run_report(&out);
+        assert_eq!(report["chain"]["applied_in_place"], true, "{inc}: {}", report["warnings"]);
+        assert_eq!(report["reconciliation"]["balanced"], true);
+    }
+    assert_eq!(canonical_rows(&out.join("_untyped")), crate::real_export::final_state());
+    let c = &run_report(&out)["chain"];
+    let t = &c["tables"]["_untyped"];
+    let counts =
+        ["inserts", "updates", "deletes", "moved_in", "moved_out", "unmatched_deletes"].map(|k| t[k].as_u64().unwrap());
+    assert_eq!(counts, [1, 2, 2, 0, 0, 0]);
+}

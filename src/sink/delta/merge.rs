@@ -487,6 +487,34 @@ pub fn locate(
     Ok(Ok((found, located)))
 }
 
+/// [`locate`] for a table of plain Parquet files (`files`, paths from `home`), which has no log
+/// and no deletion vectors: every row of its files is live.
+pub fn locate_files(
+    home: &Home,
+    scratch: &Path,
+    table: &str,
+    files: &[String],
+    contract: &TableSchema,
+    key_attributes: &[String],
+    keys: &[String],
+) -> Result<Result<(Vec<u32>, Located), String>, SinkError> {
+    let keyset = match key_rows(contract, key_attributes, keys) {
+        Ok(k) => k,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let mut found = Vec::new();
+    let mut located = Located { version: 0, files: HashMap::new() };
+    for rel in files {
+        let (count, _) = match file_keys(home, scratch, table, &keyset, rel, None)? {
+            Ok(read) => read,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        found.extend_from_slice(&count.keys);
+        located.files.insert(rel.clone(), LocatedFile { positions: count.positions, deleted: RoaringTreemap::new() });
+    }
+    Ok(Ok((found, located)))
+}
+
 /// The rows of data file `rel` that hold a changed key (its key columns read) and the rows its
 /// deletion vector `vector` deletes; `Ok(Err(reason))` when its keys cannot be compared or its
 /// vector read.
