@@ -34,7 +34,8 @@ FORMAT="${BENCH_FORMAT:-parquet}"
 case "$FORMAT" in
     parquet | delta) FORMAT_ARGS=(--format "$FORMAT") ;;
     delta-dv) FORMAT_ARGS=(--format delta --deletion-vectors) ;;
-    *) echo "error: BENCH_FORMAT must be parquet, delta or delta-dv, got \`$FORMAT\`" >&2; exit 2 ;;
+    parquet-in-place) FORMAT_ARGS=(--in-place) ;;
+    *) echo "error: BENCH_FORMAT must be parquet, parquet-in-place, delta or delta-dv, got \`$FORMAT\`" >&2; exit 2 ;;
 esac
 items=2000000
 inc=""
@@ -104,6 +105,26 @@ seconds() {
 }
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# rows_of DIR: every table's rows in key order (`PK`, `SK`), as `etl sql` prints them in CSV.
+rows_of() {
+    python3 - "$1/_etl/run.json" >"$WORK/rows.sql" <<'PY'
+import json, sys
+for t in json.load(open(sys.argv[1]))["tables"]:
+    if t["name"] != "_rejects" and t["rows"] > 0:
+        q = t["name"].replace('"', '""')
+        print(f'SELECT * FROM "{q}" ORDER BY "PK", "SK";')
+PY
+    "$ETL" sql -q --format csv -f "$WORK/rows.sql" --data "$1" | md5sum
+}
+# same_rows APPLIED REFERENCE: stops the bench when an in-place apply's tables are not the
+# reference's, row for row.
+same_rows() {
+    [ "$FORMAT" = parquet-in-place ] || return 0
+    grep -q '"applied_in_place": *true' "$1/_etl/run.json" || { log "the apply did not run in place: $(grep -A3 '"warnings"' "$1/_etl/run.json")"; exit 1; }
+    [ "$(rows_of "$1")" = "$(rows_of "$2")" ] || { log "the in-place apply's rows are not the reference's"; exit 1; }
+    log "checked: the in-place apply's rows are the reference's"
+}
+
 cat "$FULL_DIR"/data/* "$inc"/../data/* >/dev/null 2>&1 || true
 if [ "$HISTORY" -gt 0 ]; then
     mapfile -t incs < <(incrementals)
@@ -126,6 +147,7 @@ if [ "$HISTORY" -gt 0 ]; then
     cmp_tables() { (cd "$1" && find . -path ./_etl -prune -o -type f -print | sort | xargs md5sum); }
     [ "$(cmp_tables "$WORK/apply")" = "$(cmp_tables "$WORK/chain")" ] || [ "$FORMAT" != parquet ] \
         || { log "the apply's tables are not the chain's"; exit 1; }
+    same_rows "$WORK/apply" "$WORK/chain"
     base_kb="$(du -sk "$WORK/apply/_etl/base" | cut -f1)"
     exports_bytes="$(for d in "${incs[@]:0:$((HISTORY + 1))}"; do cat "$d/manifest-files.json"; done \
         | python3 -c "import json, os, sys; print(sum(os.path.getsize(os.path.join('$FULL', json.loads(l)['dataFileS3Key'])) for l in sys.stdin if l.strip()))")"
@@ -155,6 +177,12 @@ PY
     mkdir -p "$WORK/rewrite"
     rewrite_t+=("$(seconds "$ETL" sql -q --allow-write -f "$WORK/rewrite.sql" --data "$WORK/out")")
 done
+if [ "$FORMAT" = parquet-in-place ]; then
+    rm -rf "$WORK/replay"
+    cp -a "$WORK/out" "$WORK/replay"
+    "$ETL" unwind -q "$inc" --out "$WORK/replay" >/dev/null
+    same_rows "$WORK/apply" "$WORK/replay"
+fi
 keep_ms="$(python3 -c "import json; print(json.load(open('$WORK/out/_etl/run.json'))['timings_ms'].get('keep_base', 0))")"
 full_m="$(median "${full_t[@]}")"
 apply_m="$(median "${apply_t[@]}")"
@@ -164,7 +192,7 @@ echo "format: $FORMAT"
 echo "apply 1% incremental: ${apply_m}s (runs: ${apply_t[*]})"
 rewrite_m="$(median "${rewrite_t[@]}")"
 python3 -c "print(f'every item table read and rewritten once (etl sql COPY): ${rewrite_m}s (runs: ${rewrite_t[*]}) = {$rewrite_m / $full_m:.2f} of the full unwind, the least an apply that rewrites every table can take')"
-if [ "$FORMAT" != parquet ]; then
+if [ "$FORMAT" = delta ] || [ "$FORMAT" = delta-dv ]; then
     python3 - "$WORK/apply/_etl/run.json" <<'PY'
 import json, sys
 for t in json.load(open(sys.argv[1]))["tables"]:
