@@ -230,8 +230,12 @@ fn an_output_without_a_base_is_refused_with_a_hint() {
 }
 
 fn spawn_apply(inc: &Path, out: &Path, env: &[(&str, &str)]) -> Child {
+    spawn_apply_with(inc, out, env, &[])
+}
+
+fn spawn_apply_with(inc: &Path, out: &Path, env: &[(&str, &str)], extra: &[&str]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
-    cmd.args(["unwind", "-q", "--allow-gap", MISMATCH, "--out"]).arg(out).arg(inc).env("NO_COLOR", "1");
+    cmd.args(["unwind", "-q", "--allow-gap", MISMATCH, "--out"]).arg(out).arg(inc).args(extra).env("NO_COLOR", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -612,4 +616,74 @@ fn the_real_fixture_applied_in_place_onto_parquet_holds_the_eight_items() {
     let counts =
         ["inserts", "updates", "deletes", "moved_in", "moved_out", "unmatched_deletes"].map(|k| t[k].as_u64().unwrap());
     assert_eq!(counts, [1, 2, 2, 0, 0, 0]);
+}
+
+/// `kill -9` during an apply with `--in-place` (at the commit steps, then at random times, most of
+/// them while tables are rewritten): the previous output, whose files the staged output
+/// hard-links, stays byte for byte what it was, or the complete apply is published; a re-run
+/// gives the complete apply's tables.
+#[test]
+fn kill_9_during_an_in_place_apply_keeps_the_previous_output() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "1500", "--files", "4", "--seed", "3"];
+    let r =
+        etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "5", "--format", "dynamodb-json"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = sample_chain(&dir);
+    let made = tmp.path().join("made");
+    unwind(&[&full], &made, &["--target-file-bytes", "1"], 0);
+    let copy = |to: &Path| {
+        let r = Command::new("cp").arg("-a").arg(&made).arg(to).status().unwrap();
+        assert!(r.success());
+    };
+    // What a complete apply gives (without its run report, which records times).
+    let complete_dir = tmp.path().join("complete");
+    copy(&complete_dir);
+    let (status, stderr) = wait(spawn_apply_with(&incs[0], &complete_dir, &[], &["--in-place"]));
+    assert!(status.success(), "{stderr}");
+    assert_eq!(run_report(&complete_dir)["chain"]["applied_in_place"], true);
+    let mut complete = tree(&complete_dir);
+    complete.remove("_etl/run.json");
+    let previous = tree(&made);
+
+    let mut rng = Rng::new("kill_9_during_an_in_place_apply_keeps_the_previous_output");
+    let mut cases: Vec<(Vec<(&str, &str)>, f64)> =
+        vec![(vec![("ETL_TEST_KILL_AT", "staged")], 0.0), (vec![("ETL_TEST_KILL_AT", "exchanged")], 0.0)];
+    for _ in 0..10 {
+        cases.push((vec![], rng.unit()));
+    }
+    let mut landed = 0;
+    for (n, (env, when)) in cases.iter().enumerate() {
+        let out = tmp.path().join(format!("out-{n}"));
+        copy(&out);
+        let start = Instant::now();
+        let mut child = spawn_apply_with(&incs[0], &out, env, &["--in-place"]);
+        if env.is_empty() {
+            // The apply takes about 90 ms on 2 cores, 45 of them making the tables.
+            std::thread::sleep(Duration::from_millis(2).mul_f64(1.0 + 45.0 * when));
+            let _ = child.kill();
+        }
+        let (status, stderr) = wait(child);
+        let at = format!("case {n} ({env:?}, {:?})", start.elapsed());
+        if status.signal() == Some(libc::SIGKILL) {
+            landed += 1;
+        } else {
+            assert!(status.success(), "{at}: {status:?}\n{stderr}");
+        }
+        let now = tree(&out);
+        if now != previous {
+            let mut data = now;
+            data.remove("_etl/run.json");
+            assert_eq!(data, complete, "{at}: the output is neither the previous one nor the complete one");
+        }
+        let (status, stderr) = wait(spawn_apply_with(&incs[0], &out, &[], &["--in-place"]));
+        assert!(status.success(), "{at}: the re-run failed\n{stderr}");
+        let mut data = tree(&out);
+        data.remove("_etl/run.json");
+        assert_eq!(data, complete, "{at}: the re-run");
+    }
+    eprintln!("kill_9_during_an_in_place_apply_keeps_the_previous_output: {landed} kills landed");
+    assert!(landed >= 2, "the kills at commit steps land");
 }
