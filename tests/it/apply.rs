@@ -251,9 +251,23 @@ fn wait(mut child: Child) -> (std::process::ExitStatus, String) {
     (status, text)
 }
 
+/// Waits for `child`, killed with SIGKILL after `delay` when one is given: whether it was
+/// killed (anything else must be a success), and `case` with the time since `start` for messages.
+fn killed_or_done(mut child: Child, delay: Option<Duration>, start: Instant, case: &str) -> (bool, String) {
+    use std::os::unix::process::ExitStatusExt as _;
+    if let Some(d) = delay {
+        std::thread::sleep(d);
+        let _ = child.kill();
+    }
+    let (status, stderr) = wait(child);
+    let at = format!("{case}, {:?})", start.elapsed());
+    let killed = status.signal() == Some(libc::SIGKILL);
+    assert!(killed || status.success(), "{at}: {status:?}\n{stderr}");
+    (killed, at)
+}
+
 #[test]
 fn kill_9_while_applying_keeps_the_previous_output() {
-    use std::os::unix::process::ExitStatusExt as _;
     let Some(root) = real_export() else {
         eprintln!("skipping: ../shared/fixtures/aws-real-export is not present");
         return;
@@ -287,18 +301,9 @@ fn kill_9_while_applying_keeps_the_previous_output() {
         // A timed run first, so the random kill lands inside a run's own span.
         let start = Instant::now();
         let child = spawn_apply(&export(&root, INC2), &out, env);
-        let mut child = child;
-        if env.is_empty() {
-            std::thread::sleep(Duration::from_millis(10).mul_f64(1.0 + 30.0 * when));
-            let _ = child.kill();
-        }
-        let (status, stderr) = wait(child);
-        let at = format!("case {n} ({env:?}, {:?})", start.elapsed());
-        if status.signal() == Some(libc::SIGKILL) {
-            landed += 1;
-        } else {
-            assert!(status.success(), "{at}: {status:?}\n{stderr}");
-        }
+        let delay = env.is_empty().then(|| Duration::from_millis(10).mul_f64(1.0 + 30.0 * when));
+        let (killed, at) = killed_or_done(child, delay, start, &format!("case {n} ({env:?}"));
+        landed += usize::from(killed);
         if out.exists() {
             let now = tree(&out);
             if now != previous {
@@ -624,7 +629,6 @@ fn the_real_fixture_applied_in_place_onto_parquet_holds_the_eight_items() {
 /// gives the complete apply's tables.
 #[test]
 fn kill_9_during_an_in_place_apply_keeps_the_previous_output() {
-    use std::os::unix::process::ExitStatusExt as _;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
     let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "1500", "--files", "4", "--seed", "3"];
@@ -659,19 +663,11 @@ fn kill_9_during_an_in_place_apply_keeps_the_previous_output() {
         let out = tmp.path().join(format!("out-{n}"));
         copy(&out);
         let start = Instant::now();
-        let mut child = spawn_apply_with(&incs[0], &out, env, &["--in-place"]);
-        if env.is_empty() {
-            // The apply takes about 90 ms on 2 cores, 45 of them making the tables.
-            std::thread::sleep(Duration::from_millis(2).mul_f64(1.0 + 45.0 * when));
-            let _ = child.kill();
-        }
-        let (status, stderr) = wait(child);
-        let at = format!("case {n} ({env:?}, {:?})", start.elapsed());
-        if status.signal() == Some(libc::SIGKILL) {
-            landed += 1;
-        } else {
-            assert!(status.success(), "{at}: {status:?}\n{stderr}");
-        }
+        let child = spawn_apply_with(&incs[0], &out, env, &["--in-place"]);
+        // The apply takes about 90 ms on 2 cores, 45 of them making the tables.
+        let delay = env.is_empty().then(|| Duration::from_millis(2).mul_f64(1.0 + 45.0 * when));
+        let (killed, at) = killed_or_done(child, delay, start, &format!("case {n} ({env:?}"));
+        landed += usize::from(killed);
         let now = tree(&out);
         if now != previous {
             let mut data = now;
