@@ -63,8 +63,12 @@ pub fn candidate(settings: &super::UnwindSettings, sink: &dyn Sink) -> Result<Op
     };
     let Some(home) = home else { return Ok(None) };
     let Some(previous) = super::apply::previous_manifest(&settings.target, sink)? else { return Ok(None) };
-    let parquet = settings.format == Format::Parquet;
-    if parquet == crate::sink::delta::is_delta_output(&previous) || !(parquet || previous.deletion_vectors) {
+    let delta = crate::sink::delta::is_delta_output(&previous);
+    let applies = match settings.format {
+        Format::Parquet => !delta,
+        Format::Delta => delta && previous.deletion_vectors,
+    };
+    if !applies {
         return Ok(None);
     }
     let contracts = crate::sink::manifest::read_contracts(&settings.target, &settings.aws)?.unwrap_or_default();
@@ -286,7 +290,7 @@ pub fn rewrite(
         })?;
     }
     let schemas: Vec<_> = tables.iter().map(|t| t.schema.clone()).collect();
-    let parts: Vec<usize> = tables.iter().map(|t| t.staged.len() + t.previous.len() + 1).collect();
+    let parts: Vec<usize> = tables.iter().map(rewrite::Table::spare_part).collect();
     for (((t, files), schema), part) in manifest.tables.iter_mut().zip(files).zip(schemas).zip(parts) {
         t.files = files;
         // A table left without a row keeps one empty file, as a run that writes none has.

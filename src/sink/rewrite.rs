@@ -62,6 +62,14 @@ pub enum Job {
     Staged { report: FileReport },
 }
 
+impl Table<'_> {
+    /// A part number no file [`plan`] makes for this table takes: for the empty file of a table
+    /// left without a row.
+    pub fn spare_part(&self) -> usize {
+        self.staged.len() + self.previous.len() + 1
+    }
+}
+
 impl Job {
     /// How much there is to read: the larger first.
     pub fn bytes(&self) -> u64 {
@@ -90,20 +98,30 @@ pub fn plan(
             part += 1;
             part - 1
         };
+        let write = |part, sources, bytes| Job::Write {
+            table: t.name.to_owned(),
+            part,
+            schema: t.schema.clone(),
+            sources,
+            bytes,
+        };
+        // Each of the output's files: the rows to leave out, and whether it must be rewritten
+        // (it holds a changed key, or has another schema than the table's now).
+        let mut drops = Vec::with_capacity(t.previous.len());
+        let mut rewritten = Vec::with_capacity(t.previous.len());
+        for f in t.previous {
+            let drop = t.changed.and_then(|c| c.get(&f.path)).map(|l| l.positions.clone()).unwrap_or_default();
+            rewritten.push(!drop.is_empty() || file_schema(&out.join(&f.path), t.name)? != *t.schema);
+            drops.push(drop);
+        }
         // This run's rows join the last file while it is under the target size, when that file
         // is rewritten anyway or small (a sixteenth of the target): a table does not gain a file
         // per apply, and no large file is rewritten for new rows alone. Else staged files in the
         // table's schema stay as they are, and the others are laid out.
-        let last = t.previous.len().checked_sub(1);
-        let carrier = match last {
-            Some(i) if t.append_to_last && t.previous[i].bytes < target_file_bytes => {
-                let f = &t.previous[i];
-                let changed = t.changed.and_then(|c| c.get(&f.path)).is_some_and(|l| !l.positions.is_empty());
-                let small = f.bytes < target_file_bytes / 16;
-                (changed || small || file_schema(&out.join(&f.path), t.name)? != *t.schema).then_some(i)
-            }
-            _ => None,
-        };
+        let carrier = t.previous.len().checked_sub(1).filter(|&i| {
+            let bytes = t.previous[i].bytes;
+            t.append_to_last && bytes < target_file_bytes && (rewritten[i] || bytes < target_file_bytes / 16)
+        });
         let mut fresh: Vec<(PathBuf, Vec<u64>)> = Vec::new();
         let mut fresh_bytes = 0;
         for f in t.staged {
@@ -119,44 +137,22 @@ pub fn plan(
             }
         }
         let carrier = carrier.filter(|_| !fresh.is_empty());
-        for (i, f) in t.previous.iter().enumerate() {
+        for (i, (f, drop)) in t.previous.iter().zip(drops).enumerate() {
             let from = out.join(&f.path);
-            let drop = t.changed.and_then(|c| c.get(&f.path)).map(|l| l.positions.clone()).unwrap_or_default();
             if Some(i) == carrier {
                 let mut sources = vec![(from, drop)];
                 sources.append(&mut fresh);
-                let bytes = f.bytes + fresh_bytes;
-                jobs.push(Job::Write {
-                    table: t.name.to_owned(),
-                    part: next(),
-                    schema: t.schema.clone(),
-                    sources,
-                    bytes,
-                });
-            } else if drop.is_empty() && file_schema(&from, t.name)? == *t.schema {
+                jobs.push(write(next(), sources, f.bytes + fresh_bytes));
+            } else if rewritten[i] {
+                jobs.push(write(next(), vec![(from, drop)], f.bytes));
+            } else {
                 let part = next();
                 let report = FileReport { path: part_path(t.name, part), ..f.clone() };
                 jobs.push(Job::Keep { table: t.name.to_owned(), part, from, report });
-            } else {
-                let sources = vec![(from, drop)];
-                jobs.push(Job::Write {
-                    table: t.name.to_owned(),
-                    part: next(),
-                    schema: t.schema.clone(),
-                    sources,
-                    bytes: f.bytes,
-                });
             }
         }
         if !fresh.is_empty() {
-            let sources = std::mem::take(&mut fresh);
-            jobs.push(Job::Write {
-                table: t.name.to_owned(),
-                part: next(),
-                schema: t.schema.clone(),
-                sources,
-                bytes: fresh_bytes,
-            });
+            jobs.push(write(next(), std::mem::take(&mut fresh), fresh_bytes));
         }
         all.push(jobs);
     }
