@@ -1,6 +1,6 @@
 //! Applying incremental exports in place: onto a Delta output whose tables take deletion
-//! vectors, or with `--in-place` onto a local Parquet output, an apply does not replay the full
-//! export it keeps.
+//! vectors, or with `--in-place` onto a Parquet output (local or on S3), an apply does not
+//! replay the full export it keeps.
 //!
 //! An ordinary apply ([`super::apply`]) unwinds the whole chain again (the full export, the
 //! exports the output already applied, the new ones) and merges the keys the new exports changed
@@ -49,17 +49,17 @@ pub struct InPlace {
 
 /// An apply in place onto the output `sink` writes, when this run can be one: incremental
 /// exports applied, without a mapping, onto a Delta output with deletion vectors or, with
-/// `--in-place`, onto a local Parquet output. `None` for any other run, which replays as before.
+/// `--in-place`, onto a Parquet output (a folder or an object-store prefix). `None` for any other
+/// run, which replays as before.
 pub fn candidate(settings: &super::UnwindSettings, sink: &dyn Sink) -> Result<Option<InPlace>, UnwindError> {
     if settings.mapping.is_some() || settings.shard.is_some() {
         return Ok(None);
     }
     let home = match (settings.format, &settings.target) {
         (Format::Delta, _) => sink.delta_home(),
-        (Format::Parquet, crate::store::Target::Path(dir)) if settings.in_place && sink.staged().is_some() => {
-            Some(Home::Dir(dir.clone()))
-        }
-        (Format::Parquet, _) => None,
+        (Format::Parquet, _) if !settings.in_place || sink.staged().is_none() => None,
+        (Format::Parquet, crate::store::Target::Path(dir)) => Some(Home::Dir(dir.clone())),
+        (Format::Parquet, crate::store::Target::Object(_)) => sink.object_home(),
     };
     let Some(home) = home else { return Ok(None) };
     let Some(previous) = super::apply::previous_manifest(&settings.target, sink)? else { return Ok(None) };
@@ -187,10 +187,8 @@ pub fn complete(ip: &InPlace, written: &mut Written) -> Result<(), String> {
         if before.entity != schema.entity {
             return Err(format!("table `{}` holds another entity in the output", t.name));
         }
-        // The Parquet rewrite casts nested types too; a Delta MERGE casts top-level columns only.
-        let nested = !crate::sink::delta::is_delta_output(&ip.previous);
-        *schema =
-            crate::schema::diff::extend(before, schema, nested).map_err(|r| format!("table `{}`: {r}", t.name))?;
+        // The Parquet rewrite and the Delta MERGE both cast nested types strictly.
+        *schema = crate::schema::diff::extend(before, schema).map_err(|r| format!("table `{}`: {r}", t.name))?;
         t.columns = schema.columns.len();
     }
     for p in &ip.previous.tables {
@@ -219,8 +217,8 @@ pub fn complete(ip: &InPlace, written: &mut Written) -> Result<(), String> {
     Ok(())
 }
 
-/// Makes each table of a local Parquet output in place ([`crate::sink::rewrite`]): its files
-/// that hold no changed key kept, the others rewritten without those rows, and this run's rows
+/// Makes each table of a Parquet output in place ([`crate::sink::rewrite`]): its files that
+/// hold no changed key kept, the others rewritten without those rows, and this run's rows
 /// (staged by pass two) added, on up to `threads` threads. `manifest` (reconciled already, with
 /// this run's rows only) then lists each table's files and rows. `Ok(Err(reason))` when a table's
 /// rows cannot be laid out in its schema (the run then replays).
@@ -234,9 +232,16 @@ pub fn rewrite(
 ) -> Result<Result<(), String>, UnwindError> {
     use crate::sink::rewrite;
     let started = std::time::Instant::now();
-    let (Home::Dir(out), Some(staged)) = (&ip.home, sink.staged()) else {
-        return Ok(Err("the output is not a local folder".into()));
+    let Some(staged) = sink.staged() else {
+        return Ok(Err("the run is not staged in a local folder".into()));
     };
+    // Where files of an object store are downloaded while they are rewritten.
+    let fetched = sink.scratch().join("in-place-rewrite");
+    std::fs::create_dir_all(&fetched).map_err(|source| UnwindError::Io {
+        action: "create",
+        path: fetched.display().to_string(),
+        source,
+    })?;
     let mut tables = Vec::with_capacity(manifest.tables.len());
     for t in &manifest.tables {
         let schema = if t.name == REJECTS_TABLE {
@@ -256,7 +261,7 @@ pub fn rewrite(
             append_to_last: t.name != REJECTS_TABLE,
         });
     }
-    let (jobs, replaced) = rewrite::plan(&tables, out, staged, settings.target_file_bytes)?;
+    let (jobs, replaced) = rewrite::plan(&tables, &ip.home, staged, settings.target_file_bytes)?;
     let mut order: Vec<(usize, usize)> =
         jobs.iter().enumerate().flat_map(|(t, js)| (0..js.len()).map(move |j| (t, j))).collect();
     order.sort_by_key(|&(t, j)| std::cmp::Reverse(jobs[t][j].bytes()));
@@ -268,7 +273,7 @@ pub fn rewrite(
         |done, k, stop| {
             stop.check::<UnwindError>()?;
             let (t, j) = order[k];
-            done.push(((t, j), rewrite::run(&jobs[t][j], sink)?));
+            done.push(((t, j), rewrite::run(&jobs[t][j], sink, &ip.home, &fetched)?));
             Ok(())
         },
     )?;

@@ -85,8 +85,8 @@ pub struct UnwindSettings {
     /// `--deletion-vectors` (Delta tables only): the tables take deletion vectors, and a MERGE
     /// marks the rows of changed keys deleted instead of rewriting the files holding them.
     pub deletion_vectors: bool,
-    /// `--in-place` (Parquet outputs only): incremental exports are applied onto a local
-    /// Parquet output without replaying the full export ([`in_place`]).
+    /// `--in-place` (Parquet outputs only): incremental exports are applied onto a Parquet
+    /// output (local or on an object store) without replaying the full export ([`in_place`]).
     pub in_place: bool,
     /// `--shard I/N`: one phase of one shard of a sharded run ([`shard`]).
     pub shard: Option<shard::ShardRun>,
@@ -285,7 +285,7 @@ fn unwind_once(
     };
     if settings.in_place && onto.is_some() && replaying.is_none() && in_place.is_none() {
         return Ok(Attempt::Replay(
-            "`--in-place` applies onto a local Parquet output, without `--mapping` or `--shard`".into(),
+            "`--in-place` applies onto a Parquet output, without `--mapping` or `--shard`".into(),
         ));
     }
     if let Some(o) = onto.as_mut() {

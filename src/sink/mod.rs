@@ -215,9 +215,16 @@ pub trait Sink: PartSink + Send + Sync {
         None
     }
 
-    /// The local folder that becomes the output at the commit, for a sink that stages its whole
-    /// output in one (a local Parquet output); `None` for other sinks.
+    /// The local folder that becomes the output at the commit, or is published as it, for a
+    /// sink that stages its whole output in one (a Parquet output, local or on an object
+    /// store); `None` for other sinks.
     fn staged(&self) -> Option<&Path> {
+        None
+    }
+
+    /// The object-store prefix a Parquet output is published to, to read its committed files
+    /// from (an apply in place); `None` for other sinks.
+    fn object_home(&self) -> Option<delta::Home> {
         None
     }
 

@@ -162,6 +162,14 @@ impl Sink for ObjectSink {
         self.head.as_ref().and_then(|h| h.manifest.as_deref())
     }
 
+    fn staged(&self) -> Option<&Path> {
+        self.local.staged()
+    }
+
+    fn object_home(&self) -> Option<super::delta::Home> {
+        Some(super::delta::Home::Object { store: self.store.clone(), url: self.url.clone() })
+    }
+
     fn commit(
         self: Box<Self>,
         mut manifest: RunManifest,

@@ -1,12 +1,13 @@
-//! A plain Parquet table changed in place: incremental exports applied onto a local Parquet
-//! output without replaying the full export ([`crate::pipeline::in_place`]).
+//! A plain Parquet table changed in place: incremental exports applied onto a Parquet output (a
+//! folder, or an `s3://` prefix) without replaying the full export ([`crate::pipeline::in_place`]).
 //!
 //! The run has staged the changed keys' current rows of each table (in the columns of those rows
 //! alone); the output's files hold every other row. Each table of the new output is made of:
 //!
 //! - the output's files that hold no changed key and already have the table's new schema, kept
-//!   as they are (hard links into the staged output: a published file is never written again);
-//! - the others, rewritten without the rows of changed keys, row group by row group (each keeps
+//!   as they are (hard links into the staged output, or server-side copies under the run's names
+//!   on an object store: a published file is never written again);
+//! - the others (downloaded first from an object store), rewritten without the rows of changed keys, row group by row group (each keeps
 //!   its row groups, less those rows), and in the table's new schema: a column the table gained
 //!   is null in the rows that were there before;
 //! - the staged rows, laid out in the table's schema, appended to the rewrite of the table's last
@@ -27,6 +28,7 @@ use datafusion::arrow::compute::{CastOptions, cast_with_options, filter_record_b
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 
+use super::delta::Home;
 use super::delta::merge::LocatedFile;
 use super::manifest::FileReport;
 use super::parquet::part_path;
@@ -40,8 +42,7 @@ pub struct Table<'a> {
     pub name: &'a str,
     /// Its Arrow schema after this run (its contract's, or `_rejects`').
     pub schema: SchemaRef,
-    /// The output's files of the table, as its committed run listed them (paths from the
-    /// output's folder).
+    /// The output's files of the table, as its committed run listed them (paths in the output).
     pub previous: &'a [FileReport],
     /// By file of `previous`, the rows that hold a changed key.
     pub changed: Option<&'a HashMap<String, LocatedFile>>,
@@ -51,13 +52,22 @@ pub struct Table<'a> {
     pub append_to_last: bool,
 }
 
+/// A file a [`Job::Write`] reads rows from.
+#[derive(Debug)]
+pub enum Source {
+    /// A file of the output (its path in the output).
+    Output(String),
+    /// A file this run staged.
+    Staged(PathBuf),
+}
+
 /// One file of the new table.
 #[derive(Debug)]
 pub enum Job {
-    /// A file of the output kept as it is, under a new name.
-    Keep { table: String, part: usize, from: PathBuf, report: FileReport },
+    /// A file of the output (its path in the output) kept as it is, under a new name.
+    Keep { table: String, part: usize, from: String, report: FileReport },
     /// A file written from pieces of files: each with the rows to leave out (positions, ascending).
-    Write { table: String, part: usize, schema: SchemaRef, sources: Vec<(PathBuf, Vec<u64>)>, bytes: u64 },
+    Write { table: String, part: usize, schema: SchemaRef, sources: Vec<(Source, Vec<u64>)>, bytes: u64 },
     /// A staged file that already is what the table needs, as it is.
     Staged { report: FileReport },
 }
@@ -81,11 +91,11 @@ impl Job {
 }
 
 /// The files each table of `tables` is made of ([`Job`]s, in file order per table), and the
-/// staged files they replace (removed once the jobs ran). `out` is the output's folder, `staged`
-/// the staged output's.
+/// staged files they replace (removed once the jobs ran). `out` is the output, `staged` the
+/// staged output's folder.
 pub fn plan(
     tables: &[Table<'_>],
-    out: &Path,
+    out: &Home,
     staged: &Path,
     target_file_bytes: u64,
 ) -> Result<(Vec<Vec<Job>>, Vec<PathBuf>), SinkError> {
@@ -111,7 +121,7 @@ pub fn plan(
         let mut rewritten = Vec::with_capacity(t.previous.len());
         for f in t.previous {
             let drop = t.changed.and_then(|c| c.get(&f.path)).map(|l| l.positions.clone()).unwrap_or_default();
-            rewritten.push(!drop.is_empty() || file_schema(&out.join(&f.path), t.name)? != *t.schema);
+            rewritten.push(!drop.is_empty() || output_file_schema(out, &f.path, t.name)? != *t.schema);
             drops.push(drop);
         }
         // This run's rows join the last file while it is under the target size, when that file
@@ -122,7 +132,7 @@ pub fn plan(
             let bytes = t.previous[i].bytes;
             t.append_to_last && bytes < target_file_bytes && (rewritten[i] || bytes < target_file_bytes / 16)
         });
-        let mut fresh: Vec<(PathBuf, Vec<u64>)> = Vec::new();
+        let mut fresh: Vec<(Source, Vec<u64>)> = Vec::new();
         let mut fresh_bytes = 0;
         for f in t.staged {
             let path = staged.join(&f.path);
@@ -132,13 +142,13 @@ pub fn plan(
                 jobs.push(Job::Staged { report: f.clone() });
             } else {
                 fresh_bytes += f.bytes;
-                fresh.push((path.clone(), Vec::new()));
+                fresh.push((Source::Staged(path.clone()), Vec::new()));
                 replaced.push(path);
             }
         }
         let carrier = carrier.filter(|_| !fresh.is_empty());
         for (i, (f, drop)) in t.previous.iter().zip(drops).enumerate() {
-            let from = out.join(&f.path);
+            let from = Source::Output(f.path.clone());
             if Some(i) == carrier {
                 let mut sources = vec![(from, drop)];
                 sources.append(&mut fresh);
@@ -148,7 +158,7 @@ pub fn plan(
             } else {
                 let part = next();
                 let report = FileReport { path: part_path(t.name, part), ..f.clone() };
-                jobs.push(Job::Keep { table: t.name.to_owned(), part, from, report });
+                jobs.push(Job::Keep { table: t.name.to_owned(), part, from: f.path.clone(), report });
             }
         }
         if !fresh.is_empty() {
@@ -159,19 +169,44 @@ pub fn plan(
     Ok((all, replaced))
 }
 
-/// Runs one job; `Ok(None)` for a file left with no row (none is written), `Ok(Err(reason))`
+/// Runs one job onto the output `out`; a file of an object store is downloaded into `scratch`
+/// while it is read. `Ok(None)` for a file left with no row (none is written), `Ok(Err(reason))`
 /// when its rows do not fit the table's schema.
-pub fn run(job: &Job, sink: &dyn Sink) -> Result<Result<Option<FileReport>, String>, SinkError> {
+pub fn run(
+    job: &Job,
+    sink: &dyn Sink,
+    out: &Home,
+    scratch: &Path,
+) -> Result<Result<Option<FileReport>, String>, SinkError> {
     match job {
         Job::Staged { report } => Ok(Ok(Some(report.clone()))),
         Job::Keep { table, part, from, report } => {
-            sink.keep(&part_path(table, *part), from, true)?;
+            let to = part_path(table, *part);
+            match out {
+                Home::Dir(d) => {
+                    sink.keep(&to, &d.join(from), true)?;
+                }
+                Home::Object { url, .. } => {
+                    if !sink.keep_stored(&to, &format!("{}{from}", url.dir_prefix()))? {
+                        return Ok(Err(format!("the output's file `{from}` cannot be kept by this output")));
+                    }
+                }
+            }
             Ok(Ok(Some(report.clone())))
         }
         Job::Write { table, part, schema, sources, .. } => {
             let mut writer = sink.part(table, *part, schema.clone())?;
-            for (path, drop) in sources {
-                if let Err(reason) = copy_rows(path, drop, schema, table, &mut writer)? {
+            for (source, drop) in sources {
+                let copied = match source {
+                    Source::Staged(path) => copy_rows(path, drop, schema, table, &mut writer),
+                    Source::Output(rel) => {
+                        let path = out.local_copy(rel, scratch)?;
+                        let copied = copy_rows(&path, drop, schema, table, &mut writer);
+                        out.done_with(&path);
+                        copied
+                    }
+                };
+                if let Err(reason) = copied? {
                     return Ok(Err(reason));
                 }
             }
@@ -247,6 +282,9 @@ fn lay_out(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Strin
     for field in schema.fields() {
         cols.push(match batch.column_by_name(field.name()) {
             Some(c) if c.data_type() == field.data_type() => c.clone(),
+            // Nulls fit any type; arrow casts a column of nulls into some types only (not into
+            // a struct or a list of another shape).
+            Some(c) if c.logical_null_count() == c.len() => new_null_array(field.data_type(), batch.num_rows()),
             Some(c) => cast_with_options(c, field.data_type(), &strict).map_err(|e| {
                 format!("column `{}`: `{}` into `{}`: {e}", field.name(), c.data_type(), field.data_type())
             })?,
@@ -254,6 +292,15 @@ fn lay_out(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Strin
         });
     }
     RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+}
+
+/// The Arrow schema the Parquet file `rel` of the output `out` was written with (only its footer
+/// read, on an object store).
+fn output_file_schema(out: &Home, rel: &str, table: &str) -> Result<datafusion::arrow::datatypes::Schema, SinkError> {
+    match out {
+        Home::Dir(d) => file_schema(&d.join(rel), table),
+        Home::Object { url, .. } => out.stored_schema(&format!("{}{rel}", url.dir_prefix()), table),
+    }
 }
 
 /// The Arrow schema the Parquet file at `path` was written with.
@@ -313,6 +360,43 @@ mod tests {
         assert_eq!(lay_out(&extra, &narrow).unwrap_err(), "column `other` is not in the table");
     }
 
+    /// A column of nulls fits any column, whatever its own type: nulls of the table's type, where
+    /// arrow's cast knows no way from the one type to the other (a struct, a list of structs).
+    #[test]
+    fn a_column_of_nulls_is_laid_out_into_nested_types() {
+        use datafusion::arrow::array::{NullArray, StructArray};
+        use datafusion::arrow::datatypes::Fields;
+        let inner = Fields::from(vec![Field::new("cost", DataType::Decimal128(38, 2), true)]);
+        let list = DataType::List(Arc::new(Field::new("item", DataType::Struct(inner.clone()), true)));
+        let table: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("pk", DataType::Utf8, true),
+            Field::new("shipping", DataType::Struct(inner.clone()), true),
+            Field::new("lines", list.clone(), true),
+        ]));
+        let rows = batch(
+            vec![
+                Field::new("pk", DataType::Utf8, true),
+                Field::new("shipping", DataType::Null, true),
+                Field::new("lines", DataType::Utf8, true),
+            ],
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b"])),
+                Arc::new(NullArray::new(2)),
+                Arc::new(StringArray::from(vec![None::<&str>, None])),
+            ],
+        );
+        let laid = lay_out(&rows, &table).unwrap();
+        assert_eq!(laid.schema(), table);
+        assert_eq!((laid.column(1).logical_null_count(), laid.column(2).logical_null_count()), (2, 2));
+        assert!(laid.column(1).as_any().downcast_ref::<StructArray>().is_some());
+        // One value among the nulls is a value: cast strictly, and refused when it cannot be.
+        let one = batch(
+            vec![Field::new("lines", DataType::Utf8, true)],
+            vec![Arc::new(StringArray::from(vec![Some("x"), None]))],
+        );
+        assert!(lay_out(&one, &table).unwrap_err().contains("column `lines`"));
+    }
+
     fn report(path: &str, rows: u64, bytes: u64) -> FileReport {
         FileReport { path: path.to_owned(), rows, row_groups: 1, bytes }
     }
@@ -356,7 +440,7 @@ mod tests {
                 staged: &new_rows,
                 append_to_last: true,
             };
-            let (jobs, replaced) = plan(&[t], &out, &staged, target).unwrap();
+            let (jobs, replaced) = plan(&[t], &Home::Dir(out.clone()), &staged, target).unwrap();
             let kinds: Vec<String> = jobs[0]
                 .iter()
                 .map(|j| match j {

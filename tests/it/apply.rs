@@ -590,7 +590,7 @@ fn in_place_onto_a_mapped_output_replays_and_says_why() {
     assert!(report["chain"].get("applied_in_place").is_none(), "{}", report["chain"]);
     let warnings = report["warnings"].to_string();
     assert!(
-        warnings.contains("not in place: `--in-place` applies onto a local Parquet output, without `--mapping`"),
+        warnings.contains("not in place: `--in-place` applies onto a Parquet output, without `--mapping`"),
         "{warnings}"
     );
     assert!(run.stderr.contains("not in place"), "{}", run.stderr);

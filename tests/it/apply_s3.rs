@@ -5,7 +5,7 @@
 //! a no-op, an older export is refused, and of two applies that both start from one output, the
 //! one that commits second fails (exit 1) and changes nothing readers see.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
@@ -289,4 +289,97 @@ fn incremental_exports_from_s3_apply_onto_a_local_output() {
             assert_eq!(sql_rows(m, s(&out), &tables), sql_rows(m, s(&c.reference), &tables), "{format}");
         }
     }
+}
+
+/// The `s3://` output under `out/` of `bucket` downloaded into `into` (emptied first): its
+/// committed report, and every table's rows as [`canonical_rows`] reads the files it lists.
+fn mirror(m: &Moto, bucket: &str, into: &Path) -> (Json, BTreeMap<String, Vec<String>>) {
+    let _ = std::fs::remove_dir_all(into);
+    py(m, "s3.py", &["download", bucket, "out/", s(&into.join("out"))]);
+    let report = run_report(&into.join("out"));
+    let mut rows = BTreeMap::new();
+    for t in report["tables"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let dir = into.join("rows").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in t["files"].as_array().unwrap() {
+            let path = f["path"].as_str().unwrap();
+            std::fs::copy(into.join("out").join(path), dir.join(path.rsplit('/').next().unwrap())).unwrap();
+        }
+        rows.insert(name.to_owned(), canonical_rows(&dir));
+    }
+    (report, rows)
+}
+
+/// `--in-place` onto an `s3://` Parquet output: each apply of a generated chain (read from
+/// `s3://`) reads no file of the full export, keeps the files that hold no changed key (copied
+/// server-side: the same bytes under the run's name) and rewrites the others, and gives what an
+/// apply that replays the full export onto a local output gives: the report's chain counts and
+/// every table's rows, value by value, `_rejects` included. A re-apply is a no-op.
+#[test]
+fn incremental_exports_applied_in_place_onto_an_s3_output_give_the_replays_tables() {
+    let Some(m) = moto() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("chain");
+    let args = ["sample", "--out", s(&local), "--no-final", "--users", "60", "--files", "8", "--seed", "11"];
+    let r = etl(args.iter().chain(&["--incrementals", "3", "--change-percent", "4", "--format", "dynamodb-json"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = chain_ids(&local);
+    let bucket = unique("inplace");
+    py(m, "upload.py", &[s(&local), &bucket, "exports/shop", "--as-export"]);
+    let export = |id: &str| format!("s3://{bucket}/exports/shop/AWSDynamoDB/{id}/");
+    let at = |id: &str| local.join("AWSDynamoDB").join(id);
+    // One file per input file (`--target-file-bytes 1`), so that some hold no changed key.
+    let (out, replayed) = (format!("s3://{bucket}/out/"), tmp.path().join("replayed"));
+    let small = ["--target-file-bytes", "1"];
+    etl_aws(m, &["unwind", &export(&full), "--out", &out, "--target-file-bytes", "1"], 0);
+    unwind(&[&at(&full)], &replayed, &small, 0);
+    let mirrored = tmp.path().join("mirror");
+    mirror(m, &bucket, &mirrored);
+    let (mut in_place_steps, mut kept, mut written) = (0, 0, 0);
+    for (k, inc) in incs.iter().enumerate() {
+        let before: BTreeSet<Vec<u8>> = local_table_bytes(&mirrored.join("out")).into_values().flatten().collect();
+        let r = etl_aws(m, &["unwind", &export(inc), "--out", &out, "--in-place", "--target-file-bytes", "1"], 0);
+        unwind(&[&at(inc)], &replayed, &small, 0);
+        let (report, mut got) = mirror(m, &bucket, &mirrored);
+        let replay = run_report(&replayed);
+        if report["chain"]["applied_in_place"] == true {
+            in_place_steps += 1;
+            let inputs = report["inputs"].as_array().unwrap().iter();
+            assert_eq!(
+                inputs.filter(|i| i["file"].as_str().unwrap().contains(&full)).count(),
+                0,
+                "step {k}: the full export is not among the inputs read"
+            );
+            let now = local_table_bytes(&mirrored.join("out"));
+            let same = now.values().flatten().filter(|b| before.contains(*b)).count();
+            kept += same;
+            written += now.values().map(Vec::len).sum::<usize>() - same;
+        } else {
+            assert!(r.stderr.contains("not in place"), "step {k}: {}", r.stderr);
+        }
+        for key in ["tables", "unmatched_deletes", "created_and_deleted", "changed_keys", "change_records", "windows"] {
+            assert_eq!(report["chain"][key], replay["chain"][key], "step {k}: `chain.{key}`");
+        }
+        assert_eq!(report["reconciliation"]["balanced"], true, "step {k}");
+        assert_eq!(report["reconciliation"]["rejects"], replay["reconciliation"]["rejects"], "step {k}");
+        let expected_rejects = canonical_rows(&replayed.join("_rejects"));
+        assert_eq!(got.remove("_rejects").unwrap_or_default(), expected_rejects, "step {k}: `_rejects`");
+        got.retain(|_, rows| !rows.is_empty());
+        let mut expected = table_rows(&replayed);
+        expected.retain(|_, rows| !rows.is_empty());
+        assert_eq!(got, expected, "step {k}: every table's rows");
+    }
+    eprintln!(
+        "in place onto s3: {in_place_steps} of {} applies in place, {kept} files kept, {written} written",
+        incs.len()
+    );
+    assert!(in_place_steps >= 2, "{in_place_steps} of {} applies in place", incs.len());
+    assert!(kept > 0 && written > 0, "{kept} files kept, {written} written");
+
+    // The last export again: nothing to apply, nothing rewritten.
+    let keys = s3_keys(m, &bucket, "out/");
+    let r = etl_aws(m, &["unwind", &export(incs.last().unwrap()), "--out", &out, "--in-place"], 0);
+    assert!(r.stderr.contains("nothing to apply"), "{}", r.stderr);
+    assert_eq!(s3_keys(m, &bucket, "out/"), keys);
 }
