@@ -266,10 +266,10 @@ fn column_changes(old: &Column, new: &Column, out: &mut Vec<Change>) {
 /// them); the counts of types seen are the table's plus the rows'. `Err(reason)` when the rows
 /// do not fit without rewriting the table: another type, a column the rows leave null that the
 /// table's contract says is never null, another extra column, or a new column whose attribute
-/// or name (without regard to case) the table already has. With `nested`, the same holds
-/// inside lists, maps and structs (what a sink that casts nested types strictly takes: the
-/// Parquet rewrite in place); without, a nested type must have the table's shape.
-pub fn extend(table: &TableSchema, rows: &TableSchema, nested: bool) -> Result<TableSchema, String> {
+/// or name (without regard to case) the table already has. The same holds inside lists, maps
+/// and structs: both sinks that apply in place (the Parquet rewrite, the Delta MERGE) cast
+/// nested types strictly.
+pub fn extend(table: &TableSchema, rows: &TableSchema) -> Result<TableSchema, String> {
     if table.extra != rows.extra {
         return Err("the column of attributes kept out of columns differs".into());
     }
@@ -288,7 +288,7 @@ pub fn extend(table: &TableSchema, rows: &TableSchema, nested: bool) -> Result<T
                         c.name, c.source, r.source
                     ));
                 }
-                if !fits(&r.ty, &c.ty, nested) {
+                if !fits(&r.ty, &c.ty) {
                     let (mut was, mut now) = (c.ty.label(), r.ty.label());
                     if was == now {
                         // Nested types that differ inside: the whole types.
@@ -319,9 +319,9 @@ pub fn extend(table: &TableSchema, rows: &TableSchema, nested: bool) -> Result<T
 /// Whether every value of the changed rows' type `from` goes exactly into the table's type `to`,
 /// value by value (the sink casts strictly, and a value that does not fit stops it): the same
 /// shape, an `int64` into a `decimal` with room for 19 integer digits, a `decimal` into one of a
-/// scale at least its own, nulls into anything; with `nested`, also inside lists (a set into a
-/// set), maps and structs (the same fields in the same order).
-fn fits(from: &ColumnType, to: &ColumnType, nested: bool) -> bool {
+/// scale at least its own, nulls into anything; and inside lists (a set into a set), maps and
+/// structs (the same fields in the same order).
+fn fits(from: &ColumnType, to: &ColumnType) -> bool {
     use ColumnType as T;
     if same_shape(to, from) {
         return true;
@@ -330,11 +330,11 @@ fn fits(from: &ColumnType, to: &ColumnType, nested: bool) -> bool {
         (T::Int64, T::Decimal { precision, scale }) => i16::from(*precision) - i16::from(*scale) >= 19,
         (T::Decimal { scale: s, .. }, T::Decimal { scale: t, .. }) => t >= s,
         (T::Null, _) => true,
-        (T::List { element: x, set: s }, T::List { element: y, set: t }) if nested => s == t && fits(x, y, true),
-        (T::Struct { fields: x }, T::Struct { fields: y }) if nested => {
-            x.len() == y.len() && x.iter().zip(y).all(|(f, g)| f.name == g.name && fits(&f.ty, &g.ty, true))
+        (T::List { element: x, set: s }, T::List { element: y, set: t }) => s == t && fits(x, y),
+        (T::Struct { fields: x }, T::Struct { fields: y }) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(f, g)| f.name == g.name && fits(&f.ty, &g.ty))
         }
-        (T::Map { value: x }, T::Map { value: y }) if nested => fits(x, y, true),
+        (T::Map { value: x }, T::Map { value: y }) => fits(x, y),
         _ => false,
     }
 }
@@ -499,7 +499,7 @@ mod tests {
         let mut added = col("added", ColumnType::Utf8, &[("S", 2)]);
         added.nullable = false;
         let rows = table("u", vec![new_pk.clone(), col("n", ColumnType::Int64, &[("N", 2)]), added]);
-        let got = extend(&before, &rows, false).unwrap();
+        let got = extend(&before, &rows).unwrap();
         let names: Vec<&str> = got.columns.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["pk", "n", "gone", "added"], "the table's columns, then the new ones");
         assert_eq!(got.columns[1].ty, dec(2), "an int64 goes into the decimal");
@@ -508,21 +508,20 @@ mod tests {
         assert!(!got.columns[0].nullable);
 
         let other = |c: Column| table("u", vec![new_pk.clone(), c]);
-        let err = |r: &TableSchema| extend(&before, r, false).unwrap_err();
+        let err = |r: &TableSchema| extend(&before, r).unwrap_err();
         assert!(err(&other(col("n", ColumnType::Utf8, &[("S", 1)]))).contains("column `n`"));
         assert!(err(&other(col("n", ColumnType::Json, &[("S", 1), ("N", 1)]))).contains("column `n`"));
         assert!(err(&other(col("n", dec(3), &[("N", 1)]))).contains("column `n`"));
-        assert_eq!(extend(&before, &other(col("n", dec(1), &[("N", 1)])), false).unwrap().columns[1].ty, dec(2));
+        assert_eq!(extend(&before, &other(col("n", dec(1), &[("N", 1)]))).unwrap().columns[1].ty, dec(2));
         let nulls = other(col("n", ColumnType::Null, &[("NULL", 1)]));
-        assert_eq!(extend(&before, &nulls, false).unwrap().columns[1].ty, dec(2));
+        assert_eq!(extend(&before, &nulls).unwrap().columns[1].ty, dec(2));
         assert!(err(&other(col("N", ColumnType::Utf8, &[("S", 1)]))).contains("beside the table's `n`"));
         let mut renamed = col("n_2", ColumnType::Int64, &[("N", 1)]);
         renamed.source = "n".into();
         assert!(err(&other(renamed)).contains("attribute `n`"));
         // A column the table never has null, which a changed row lacks.
         assert!(err(&table("u", vec![col("n", ColumnType::Int64, &[("N", 1)])])).contains("column `pk`"));
-        // Inside a struct or a list: only where nested types are cast (`nested`), and only what
-        // fits at the top level fits inside.
+        // Inside a struct or a list, what fits at the top level fits.
         let field = |name: &str, ty: ColumnType| StructField { name: name.into(), ty, seen: BTreeMap::new() };
         let shipping = |cost: ColumnType| ColumnType::Struct {
             fields: vec![field("cost", cost), field("method", ColumnType::Utf8)],
@@ -540,13 +539,12 @@ mod tests {
                 col("lines", list(dec(1)), &[("L", 1)]),
             ],
         );
-        assert!(extend(&before, &rows, false).unwrap_err().contains("column `ship`"));
-        let got = extend(&before, &rows, true).unwrap();
+        let got = extend(&before, &rows).unwrap();
         assert_eq!((&got.columns[1].ty, &got.columns[2].ty), (&shipping(dec(2)), &list(dec(2))));
         let wider = table("o", vec![new_pk.clone(), col("ship", shipping(dec(3)), &[("M", 1)])]);
-        assert!(extend(&before, &wider, true).unwrap_err().contains("column `ship`"));
+        assert!(extend(&before, &wider).unwrap_err().contains("column `ship`"));
         let text = table("o", vec![new_pk.clone(), col("ship", shipping(ColumnType::Utf8), &[("M", 1)])]);
-        assert!(extend(&before, &text, true).unwrap_err().contains("column `ship`"));
+        assert!(extend(&before, &text).unwrap_err().contains("column `ship`"));
         let extra = TableSchema { extra: Some("_extra".into()), ..rows.clone() };
         assert!(err(&extra).contains("kept out of columns"));
     }

@@ -136,6 +136,27 @@ struct Plan {
     new_delta: Option<StructType>,
 }
 
+/// Whether every value of Arrow type `from` goes exactly into `to` by a strict cast: the
+/// same type, an `int64` into a `decimal` with room for 19 integer digits, a `decimal` into one
+/// of a scale at least its own, nulls into anything, and the same inside lists, maps and structs
+/// (the same fields in the same order): [`crate::schema::diff::extend`]'s rules, on the Arrow
+/// types a table's files hold.
+fn casts_exactly(from: &DataType, to: &DataType) -> bool {
+    match (from, to) {
+        _ if from == to => true,
+        (DataType::Null, _) => true,
+        (DataType::Int64, DataType::Decimal128(p, s)) => i16::from(*p) - i16::from(*s) >= 19,
+        (DataType::Decimal128(_, s), DataType::Decimal128(_, t)) => t >= s,
+        (DataType::List(x), DataType::List(y)) => casts_exactly(x.data_type(), y.data_type()),
+        (DataType::Struct(x), DataType::Struct(y)) => {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|(f, g)| f.name() == g.name() && casts_exactly(f.data_type(), g.data_type()))
+        }
+        (DataType::Map(x, _), DataType::Map(y, _)) => casts_exactly(x.data_type(), y.data_type()),
+        _ => false,
+    }
+}
+
 fn plan_schema(table: &str, current_delta: &StructType, current_arrow: &Schema, new: &Schema) -> Result<Plan, String> {
     let new_delta = delta_schema(table, new).map_err(|e| e.to_string())?;
     let mut fields = Vec::new();
@@ -156,13 +177,7 @@ fn plan_schema(table: &str, current_delta: &StructType, current_arrow: &Schema, 
                     // A column of nulls (etl's `null` type): nulls of the table's type.
                     fields.push(cur_arrow.clone().with_nullable(true));
                     fills.push(Fill::Null);
-                } else if matches!(
-                    (na.data_type(), cur_arrow.data_type()),
-                    (DataType::Int64, DataType::Decimal128(p, s)) if i16::from(*p) - i16::from(*s) >= 19
-                ) || matches!(
-                    (na.data_type(), cur_arrow.data_type()),
-                    (DataType::Decimal128(_, s), DataType::Decimal128(_, t)) if t >= s
-                ) {
+                } else if casts_exactly(na.data_type(), cur_arrow.data_type()) {
                     // Cast value by value, strictly: a value the table's type cannot hold
                     // stops the merge ([`conform`]).
                     fields.push(na.clone().with_data_type(cur_arrow.data_type().clone()));
@@ -954,6 +969,58 @@ mod tests {
         assert!(matches!(p.fills[0], Fill::Null));
         assert_eq!(p.schema.field(0).data_type(), &DataType::Decimal128(38, 4));
         assert!(plan(&current, &schema(vec![Field::new("n", DataType::Utf8, true)])).is_err());
+    }
+
+    /// Inside structs and lists the same rules hold: a smaller scale goes into the table's
+    /// decimal, cast field by field and exactly; a larger scale, other fields or another type
+    /// inside are not merged.
+    #[test]
+    fn nested_values_that_fit_go_into_the_tables_types() {
+        use datafusion::arrow::array::{Array, Decimal128Array, ListArray, StructArray};
+        use datafusion::arrow::datatypes::Fields;
+        let shipping = |cost: DataType| {
+            DataType::Struct(Fields::from(vec![
+                Field::new("cost", cost, true),
+                Field::new("method", DataType::Utf8, true),
+            ]))
+        };
+        let lines = |qty: DataType| DataType::List(Arc::new(Field::new("item", qty, true)));
+        let current = schema(vec![
+            Field::new("ship", shipping(DataType::Decimal128(38, 2)), true),
+            Field::new("qty", lines(DataType::Decimal128(38, 0)), true),
+        ]);
+        let new = schema(vec![
+            Field::new("ship", shipping(DataType::Decimal128(38, 1)), true),
+            Field::new("qty", lines(DataType::Int64), true),
+        ]);
+        let p = plan(&current, &new).unwrap();
+        assert_eq!(p.schema.field(0).data_type(), current.field(0).data_type());
+        let DataType::Struct(fields) = shipping(DataType::Decimal128(38, 1)) else { unreachable!() };
+        let cost = Decimal128Array::from(vec![125]).with_precision_and_scale(38, 1).unwrap();
+        let method = datafusion::arrow::array::StringArray::from(vec!["post"]);
+        let ship = StructArray::new(fields, vec![Arc::new(cost), Arc::new(method)], None);
+        let qty = ListArray::from_iter_primitive::<datafusion::arrow::datatypes::Int64Type, _, _>(vec![Some(vec![
+            Some(3),
+            None,
+        ])]);
+        let batch = RecordBatch::try_new(Arc::new(new.clone()), vec![Arc::new(ship), Arc::new(qty)]).unwrap();
+        let laid = conform(&batch, &p).unwrap();
+        assert_eq!(laid.schema().field(0).data_type(), current.field(0).data_type());
+        let ship = laid.column(0).as_any().downcast_ref::<StructArray>().unwrap();
+        let cost = ship.column(0).as_any().downcast_ref::<Decimal128Array>().unwrap();
+        assert_eq!(cost.value_as_string(0), "12.50");
+        let qty = laid.column(1).as_any().downcast_ref::<ListArray>().unwrap().value(0);
+        let qty = qty.as_any().downcast_ref::<Decimal128Array>().unwrap();
+        assert_eq!((qty.value_as_string(0), qty.is_null(1)), ("3".to_owned(), true));
+
+        let refused = |ship: DataType| plan(&current, &schema(vec![Field::new("ship", ship, true)])).is_err();
+        assert!(refused(shipping(DataType::Decimal128(38, 3))), "a larger scale inside");
+        assert!(refused(shipping(DataType::Utf8)), "another type inside");
+        let renamed = DataType::Struct(Fields::from(vec![
+            Field::new("price", DataType::Decimal128(38, 2), true),
+            Field::new("method", DataType::Utf8, true),
+        ]));
+        assert!(refused(renamed), "other fields");
     }
 
     #[test]
