@@ -14,7 +14,9 @@
 //!   the kept exports to keep when they are compacted): its live row in the output's tables,
 //!   found by their key columns ([`locate`]);
 //! - each table's contract: the output's, extended with the columns only the changed rows have
-//!   ([`complete`], [`crate::schema::diff::extend`]); the Delta MERGE then marks the changed
+//!   (and, for a Parquet output, widened where the changed rows need it: an `int64` column into
+//!   their `decimal`, a `decimal` into one of a larger scale) ([`complete`],
+//!   [`crate::schema::diff::extend`]); the Delta MERGE then marks the changed
 //!   keys' rows in deletion vectors and adds their new rows, and `_rejects` takes this run's
 //!   rejects by an append; a Parquet output's tables are made of its files, those holding changed
 //!   keys rewritten without them, and the run's rows ([`rewrite`], [`crate::sink::rewrite`]).
@@ -187,8 +189,10 @@ pub fn complete(ip: &InPlace, written: &mut Written) -> Result<(), String> {
         if before.entity != schema.entity {
             return Err(format!("table `{}` holds another entity in the output", t.name));
         }
-        // The Parquet rewrite and the Delta MERGE both cast nested types strictly.
-        *schema = crate::schema::diff::extend(before, schema).map_err(|r| format!("table `{}`: {r}", t.name))?;
+        // The Parquet rewrite lays every file out in the table's new schema, so its columns may
+        // widen; a Delta MERGE writes the changed rows in the table's own types.
+        let widen = !crate::sink::delta::is_delta_output(&ip.previous);
+        *schema = crate::schema::diff::extend(before, schema, widen).map_err(|r| format!("table `{}`: {r}", t.name))?;
         t.columns = schema.columns.len();
     }
     for p in &ip.previous.tables {

@@ -269,7 +269,13 @@ fn column_changes(old: &Column, new: &Column, out: &mut Vec<Change>) {
 /// or name (without regard to case) the table already has. The same holds inside lists, maps
 /// and structs: both sinks that apply in place (the Parquet rewrite, the Delta MERGE) cast
 /// nested types strictly.
-pub fn extend(table: &TableSchema, rows: &TableSchema) -> Result<TableSchema, String> {
+///
+/// With `widen` (a sink that rewrites the table's files that do not have its new schema: the
+/// Parquet rewrite), a column whose table type goes exactly into the rows' type by the same
+/// rules takes the rows' type instead (an `int64` column becomes the rows' `decimal`, a
+/// `decimal` one of a larger scale; inside structs, the counts of types seen are then the
+/// rows'): the table's values are cast into it, strictly, when its files are rewritten.
+pub fn extend(table: &TableSchema, rows: &TableSchema, widen: bool) -> Result<TableSchema, String> {
     if table.extra != rows.extra {
         return Err("the column of attributes kept out of columns differs".into());
     }
@@ -289,12 +295,18 @@ pub fn extend(table: &TableSchema, rows: &TableSchema) -> Result<TableSchema, St
                     ));
                 }
                 if !fits(&r.ty, &c.ty) {
-                    let (mut was, mut now) = (c.ty.label(), r.ty.label());
-                    if was == now {
-                        // Nested types that differ inside: the whole types.
-                        (was, now) = (c.ty.arrow().to_string(), r.ty.arrow().to_string());
+                    if !(widen && fits(&c.ty, &r.ty)) {
+                        let (mut was, mut now) = (c.ty.label(), r.ty.label());
+                        if was == now {
+                            // Nested types that differ inside: the whole types.
+                            (was, now) = (c.ty.arrow().to_string(), r.ty.arrow().to_string());
+                        }
+                        return Err(format!(
+                            "column `{}` is `{was}` in the table and `{now}` in the changed rows",
+                            c.name
+                        ));
                     }
-                    return Err(format!("column `{}` is `{was}` in the table and `{now}` in the changed rows", c.name));
+                    c.ty = r.ty.clone();
                 }
                 for (k, n) in &r.seen {
                     *c.seen.entry(k.clone()).or_default() += n;
@@ -499,7 +511,7 @@ mod tests {
         let mut added = col("added", ColumnType::Utf8, &[("S", 2)]);
         added.nullable = false;
         let rows = table("u", vec![new_pk.clone(), col("n", ColumnType::Int64, &[("N", 2)]), added]);
-        let got = extend(&before, &rows).unwrap();
+        let got = extend(&before, &rows, false).unwrap();
         let names: Vec<&str> = got.columns.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["pk", "n", "gone", "added"], "the table's columns, then the new ones");
         assert_eq!(got.columns[1].ty, dec(2), "an int64 goes into the decimal");
@@ -508,13 +520,17 @@ mod tests {
         assert!(!got.columns[0].nullable);
 
         let other = |c: Column| table("u", vec![new_pk.clone(), c]);
-        let err = |r: &TableSchema| extend(&before, r).unwrap_err();
+        let err = |r: &TableSchema| extend(&before, r, false).unwrap_err();
         assert!(err(&other(col("n", ColumnType::Utf8, &[("S", 1)]))).contains("column `n`"));
         assert!(err(&other(col("n", ColumnType::Json, &[("S", 1), ("N", 1)]))).contains("column `n`"));
         assert!(err(&other(col("n", dec(3), &[("N", 1)]))).contains("column `n`"));
-        assert_eq!(extend(&before, &other(col("n", dec(1), &[("N", 1)]))).unwrap().columns[1].ty, dec(2));
+        // Rewriting the table's files: a larger scale widens the column; text never does.
+        assert_eq!(extend(&before, &other(col("n", dec(3), &[("N", 1)])), true).unwrap().columns[1].ty, dec(3));
+        let text = other(col("n", ColumnType::Utf8, &[("S", 1)]));
+        assert!(extend(&before, &text, true).unwrap_err().contains("column `n`"));
+        assert_eq!(extend(&before, &other(col("n", dec(1), &[("N", 1)])), false).unwrap().columns[1].ty, dec(2));
         let nulls = other(col("n", ColumnType::Null, &[("NULL", 1)]));
-        assert_eq!(extend(&before, &nulls).unwrap().columns[1].ty, dec(2));
+        assert_eq!(extend(&before, &nulls, false).unwrap().columns[1].ty, dec(2));
         assert!(err(&other(col("N", ColumnType::Utf8, &[("S", 1)]))).contains("beside the table's `n`"));
         let mut renamed = col("n_2", ColumnType::Int64, &[("N", 1)]);
         renamed.source = "n".into();
@@ -539,12 +555,14 @@ mod tests {
                 col("lines", list(dec(1)), &[("L", 1)]),
             ],
         );
-        let got = extend(&before, &rows).unwrap();
+        let got = extend(&before, &rows, false).unwrap();
         assert_eq!((&got.columns[1].ty, &got.columns[2].ty), (&shipping(dec(2)), &list(dec(2))));
         let wider = table("o", vec![new_pk.clone(), col("ship", shipping(dec(3)), &[("M", 1)])]);
-        assert!(extend(&before, &wider).unwrap_err().contains("column `ship`"));
+        assert!(extend(&before, &wider, false).unwrap_err().contains("column `ship`"));
+        // Rewriting the table's files, its struct takes the rows' larger scale.
+        assert_eq!(extend(&before, &wider, true).unwrap().columns[1].ty, shipping(dec(3)));
         let text = table("o", vec![new_pk.clone(), col("ship", shipping(ColumnType::Utf8), &[("M", 1)])]);
-        assert!(extend(&before, &text).unwrap_err().contains("column `ship`"));
+        assert!(extend(&before, &text, true).unwrap_err().contains("column `ship`"));
         let extra = TableSchema { extra: Some("_extra".into()), ..rows.clone() };
         assert!(err(&extra).contains("kept out of columns"));
     }

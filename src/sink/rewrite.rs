@@ -17,7 +17,8 @@
 //! Laying rows out takes exactly what the table's contract takes (a column's own type, an
 //! `int64` or a `decimal` of a smaller scale into its `decimal`, a column of nulls into any
 //! type), value by value and strictly: a value that does not fit, or a column the table lacks,
-//! is a reason, and the run replays the full export instead.
+//! is a reason, and the run replays the full export instead. The same holds for the output's
+//! own files when the run widened a column (their `int64` into the changed rows' `decimal`, say).
 
 use std::collections::HashMap;
 use std::fs;
