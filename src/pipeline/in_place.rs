@@ -27,7 +27,6 @@
 //! the slower way, said in the report's warnings.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use super::UnwindError;
@@ -83,11 +82,9 @@ pub fn candidate(settings: &super::UnwindSettings, sink: &dyn Sink) -> Result<Op
 pub fn locate(
     ip: &InPlace,
     applier: &Applier,
-    scratch: &Path,
     txn_version: Option<i64>,
     threads: usize,
 ) -> Result<Result<Located, String>, UnwindError> {
-    let dir = scratch.join("in-place");
     // Each table's label and contract first, then the tables read on `threads` workers,
     // largest first.
     let mut tasks = Vec::new();
@@ -116,19 +113,12 @@ pub fn locate(
             stop.check::<UnwindError>()?;
             let (t, _, contract) = &tasks[i];
             let at = ip.home.join(&t.name);
-            // Tables name their files alike: each fetches its own into a folder of its own.
-            let dir = dir.join(format!("{i}"));
-            std::fs::create_dir_all(&dir).map_err(|source| UnwindError::Io {
-                action: "create",
-                path: dir.display().to_string(),
-                source,
-            })?;
             let (keys, names) = (&applier.new_keys, &applier.key_names);
             let found = if crate::sink::delta::is_delta_output(&ip.previous) {
-                crate::sink::delta::merge::locate(&at, &dir, &t.name, contract, names, keys, txn_version)?
+                crate::sink::delta::merge::locate(&at, &t.name, contract, names, keys, txn_version)?
             } else {
                 let files: Vec<String> = t.files.iter().map(|f| f.path.clone()).collect();
-                crate::sink::delta::merge::locate_files(&ip.home, &dir, &t.name, &files, contract, names, keys)?
+                crate::sink::delta::merge::locate_files(&ip.home, &t.name, &files, contract, names, keys)?
             };
             out.push((i, found));
             Ok(())

@@ -332,7 +332,7 @@ fn unwind_once(
     let txn_version = delta_txn_version(state.as_ref(), &plan);
     // In place: where the changed keys are in the output's tables, instead of the full export.
     let (matched, located, unread) = match (&in_place, &chain) {
-        (Some(ip), Some(c)) => match in_place::locate(ip, c, &scratch, txn_version, settings.threads)? {
+        (Some(ip), Some(c)) => match in_place::locate(ip, c, txn_version, settings.threads)? {
             Ok(l) => (Some(l.matched), l.files, plan.exports[c.chain.full].files.clone()),
             Err(reason) => return Ok(Attempt::Replay(reason)),
         },

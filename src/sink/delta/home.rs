@@ -80,7 +80,7 @@ impl Home {
     }
 
     /// The key of `rel` inside this prefix (object stores).
-    fn key(url: &ObjectUrl, rel: &str) -> String {
+    pub(in crate::sink) fn key(url: &ObjectUrl, rel: &str) -> String {
         format!("{}{rel}", url.dir_prefix())
     }
 

@@ -467,7 +467,6 @@ fn upserted_rows(
 /// of the run merged it, then stopped) no longer says where the keys were: that is a reason too.
 pub fn locate(
     home: &Home,
-    scratch: &Path,
     table: &str,
     contract: &TableSchema,
     key_attributes: &[String],
@@ -492,7 +491,7 @@ pub fn locate(
     for f in snapshot.log_data().iter() {
         let rel = f.path().into_owned();
         let (count, deleted) =
-            match file_keys(home, scratch, table, &keyset, &rel, f.remove_action(true).deletion_vector.as_ref())? {
+            match file_keys(home, table, &keyset, &rel, f.remove_action(true).deletion_vector.as_ref())? {
                 Ok(read) => read,
                 Err(reason) => return Ok(Err(reason)),
             };
@@ -506,7 +505,6 @@ pub fn locate(
 /// and no deletion vectors: every row of its files is live.
 pub fn locate_files(
     home: &Home,
-    scratch: &Path,
     table: &str,
     files: &[String],
     contract: &TableSchema,
@@ -520,7 +518,7 @@ pub fn locate_files(
     let mut found = Vec::new();
     let mut located = Located { version: 0, files: HashMap::new() };
     for rel in files {
-        let (count, _) = match file_keys(home, scratch, table, &keyset, rel, None)? {
+        let (count, _) = match file_keys(home, table, &keyset, rel, None)? {
             Ok(read) => read,
             Err(reason) => return Ok(Err(reason)),
         };
@@ -535,15 +533,18 @@ pub fn locate_files(
 /// vector read.
 fn file_keys(
     home: &Home,
-    scratch: &Path,
     table: &str,
     keyset: &KeySet<'_>,
     rel: &str,
     vector: Option<&deltalake::kernel::DeletionVectorDescriptor>,
 ) -> Result<Result<(KeyCount, RoaringTreemap), String>, SinkError> {
-    let path = home.local_copy(rel, scratch)?;
-    let count = changed_rows(&path, table, keyset);
-    home.done_with(&path);
+    let count = match home {
+        Home::Dir(d) => changed_rows(&d.join(rel), table, keyset),
+        Home::Object { store, url } => {
+            let key = Home::key(url, rel);
+            crate::store::io_runtime().block_on(stored_changed_rows(store, &key, &url.url_of(&key), table, keyset))
+        }
+    };
     let count = match count? {
         Ok(Some(count)) => count,
         Ok(None) => return Ok(Err(format!("data file `{rel}` lacks a key column"))),
@@ -640,7 +641,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                 Some(file) => file,
                 None => {
                     let vector = live.remove.deletion_vector.as_ref();
-                    read = match file_keys(home, scratch, table, &keyset, &live.add.path, vector)? {
+                    read = match file_keys(home, table, &keyset, &live.add.path, vector)? {
                         Ok((count, deleted)) => LocatedFile { positions: count.positions, deleted },
                         Err(reason) => return Ok(Merged::Replace(reason)),
                     };
@@ -859,33 +860,81 @@ struct KeyCount {
 fn changed_rows(path: &Path, table: &str, keyset: &KeySet<'_>) -> Result<Result<Option<KeyCount>, String>, SinkError> {
     let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, path))?;
-    let mut indices = Vec::with_capacity(keyset.names.len());
-    for n in &keyset.names {
-        match builder.schema().index_of(n) {
-            Ok(i) => indices.push(i),
-            Err(_) => return Ok(Ok(None)),
-        }
-    }
-    let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
-    let row_groups = builder.metadata().num_row_groups();
-    let (mut positions, mut keys, mut rows) = (Vec::new(), Vec::new(), 0u64);
+    let Some(mask) = key_columns(builder.schema(), builder.parquet_schema(), keyset) else { return Ok(Ok(None)) };
+    let mut scan = KeyScan::new(builder.metadata().num_row_groups());
     for batch in builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, path))? {
         let batch = batch.map_err(arrow_err(table, path))?;
-        match keyset.indexes(&batch) {
-            Ok(Some(found)) => {
-                for (i, k) in found.into_iter().enumerate() {
-                    if let Some(k) = k {
-                        positions.push(rows + i as u64);
-                        keys.push(k);
-                    }
-                }
-            }
-            Ok(None) => return Ok(Ok(None)),
+        match scan.add(&batch, keyset) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Ok(None)),
             Err(reason) => return Ok(Err(reason)),
         }
-        rows += batch.num_rows() as u64;
     }
-    Ok(Ok(Some(KeyCount { changed: positions.len() as u64, positions, keys, rows, row_groups })))
+    Ok(Ok(Some(scan.count)))
+}
+
+/// [`changed_rows`] for the object `key` of `store` (shown as `shown`): its footer, then only its
+/// key columns' chunks, fetched by range (never the whole file).
+#[allow(deprecated)] // `ParquetObjectReader` fetches the ranges the reader asks for, all this needs.
+async fn stored_changed_rows(
+    store: &Arc<dyn object_store::ObjectStore>,
+    key: &str,
+    shown: &str,
+    table: &str,
+    keyset: &KeySet<'_>,
+) -> Result<Result<Option<KeyCount>, String>, SinkError> {
+    use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+    use futures::TryStreamExt as _;
+    let err = |source| SinkError::Part { table: table.to_owned(), path: shown.to_owned(), source };
+    let reader = ParquetObjectReader::new(store.clone(), object_store::path::Path::from(key));
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(err)?;
+    let Some(mask) = key_columns(builder.schema(), builder.parquet_schema(), keyset) else { return Ok(Ok(None)) };
+    let mut scan = KeyScan::new(builder.metadata().num_row_groups());
+    let mut batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(err)?;
+    while let Some(batch) = batches.try_next().await.map_err(err)? {
+        match scan.add(&batch, keyset) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Ok(None)),
+            Err(reason) => return Ok(Err(reason)),
+        }
+    }
+    Ok(Ok(Some(scan.count)))
+}
+
+/// The projection of a file's key columns; `None` when the file lacks one.
+fn key_columns(
+    schema: &Schema,
+    parquet: &datafusion::parquet::schema::types::SchemaDescriptor,
+    keyset: &KeySet<'_>,
+) -> Option<ProjectionMask> {
+    let indices: Option<Vec<usize>> = keyset.names.iter().map(|n| schema.index_of(n).ok()).collect();
+    Some(ProjectionMask::roots(parquet, indices?))
+}
+
+/// A [`KeyCount`] made batch by batch of a file's key columns.
+struct KeyScan {
+    count: KeyCount,
+}
+
+impl KeyScan {
+    fn new(row_groups: usize) -> KeyScan {
+        KeyScan { count: KeyCount { changed: 0, positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups } }
+    }
+
+    /// Counts the next batch in; `Ok(false)` when it lacks a key column.
+    fn add(&mut self, batch: &RecordBatch, keyset: &KeySet<'_>) -> Result<bool, String> {
+        let c = &mut self.count;
+        let Some(found) = keyset.indexes(batch)? else { return Ok(false) };
+        for (i, k) in found.into_iter().enumerate() {
+            if let Some(k) = k {
+                c.positions.push(c.rows + i as u64);
+                c.keys.push(k);
+            }
+        }
+        c.rows += batch.num_rows() as u64;
+        c.changed = c.positions.len() as u64;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
