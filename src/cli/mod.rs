@@ -198,8 +198,9 @@ pub struct UnwindArgs {
     /// are a file of their own). Faster the fewer files hold changed keys; the rows are a
     /// replay's, laid out differently. Without it, an apply replays the full export and its
     /// output is the same bytes as the whole chain unwound in one run. Falls back to the
-    /// replay, with the reason in the warnings, when it cannot (a value that does not fit its
-    /// column without a rewrite, `--mapping`, `--shard`).
+    /// replay, with the reason in the warnings, when it cannot (a changed value that neither
+    /// fits its column nor widens it exactly, as a number into a text column, `--mapping`,
+    /// `--shard`).
     #[arg(long, hide_short_help = true)]
     pub in_place: bool,
     /// Process shard I of N (counted from 0) of the export's data files, for a job array: each
