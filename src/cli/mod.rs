@@ -193,14 +193,13 @@ pub struct UnwindArgs {
     /// Apply incremental exports onto a Parquet output (a folder or `s3://…`) in place: the full
     /// export the output keeps is not read again, the files holding no changed key are kept as
     /// they are (hard links; server-side copies on S3), the others are rewritten without those
-    /// rows (downloaded first from S3), and the changed keys' rows
-    /// join the rewrite of a table's last file when it is rewritten anyway or small (else they
-    /// are a file of their own). Faster the fewer files hold changed keys; the rows are a
-    /// replay's, laid out differently. Without it, an apply replays the full export and its
-    /// output is the same bytes as the whole chain unwound in one run. Falls back to the
-    /// replay, with the reason in the warnings, when it cannot (a changed value that neither
-    /// fits its column nor widens it exactly, as a number into a text column, `--mapping`,
-    /// `--shard`).
+    /// rows (downloaded first from S3), and the changed keys' rows join the rewrite of a
+    /// table's last file when it is rewritten anyway or small (else they are a file of their
+    /// own). Faster the fewer files hold changed keys; the rows are a replay's, laid out
+    /// differently. Without it, an apply replays the full export and its output is the same
+    /// bytes as the whole chain unwound in one run. Falls back to the replay, with the reason in
+    /// the warnings, when it cannot (a changed value that neither fits its column nor widens it
+    /// exactly, as a number into a text column, `--mapping`, `--shard`).
     #[arg(long, hide_short_help = true)]
     pub in_place: bool,
     /// Process shard I of N (counted from 0) of the export's data files, for a job array: each

@@ -7,9 +7,9 @@
 //! - the output's files that hold no changed key and already have the table's new schema, kept
 //!   as they are (hard links into the staged output, or server-side copies under the run's names
 //!   on an object store: a published file is never written again);
-//! - the others (downloaded first from an object store), rewritten without the rows of changed keys, row group by row group (each keeps
-//!   its row groups, less those rows), and in the table's new schema: a column the table gained
-//!   is null in the rows that were there before;
+//! - the others (downloaded first from an object store), rewritten without the rows of changed
+//!   keys, row group by row group (each keeps its row groups, less those rows), and in the
+//!   table's new schema: a column the table gained is null in the rows that were there before;
 //! - the staged rows, laid out in the table's schema, appended to the rewrite of the table's last
 //!   file while it is under the target file size (so a table does not gain a small file per
 //!   apply), else a file of their own.
@@ -188,7 +188,7 @@ pub fn run(
                     sink.keep(&to, &d.join(from), true)?;
                 }
                 Home::Object { url, .. } => {
-                    if !sink.keep_stored(&to, &format!("{}{from}", url.dir_prefix()))? {
+                    if !sink.keep_stored(&to, &Home::key(url, from))? {
                         return Ok(Err(format!("the output's file `{from}` cannot be kept by this output")));
                     }
                 }
@@ -300,7 +300,7 @@ fn lay_out(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Strin
 fn output_file_schema(out: &Home, rel: &str, table: &str) -> Result<datafusion::arrow::datatypes::Schema, SinkError> {
     match out {
         Home::Dir(d) => file_schema(&d.join(rel), table),
-        Home::Object { url, .. } => out.stored_schema(&format!("{}{rel}", url.dir_prefix()), table),
+        Home::Object { url, .. } => out.stored_schema(&Home::key(url, rel), table),
     }
 }
 
