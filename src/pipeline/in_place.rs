@@ -104,6 +104,8 @@ pub fn locate(
         tasks.push((t, label, contract));
     }
     tasks.sort_by_key(|(t, _, _)| std::cmp::Reverse(t.rows));
+    // Decoded once, for every table.
+    let keys = crate::sink::delta::merge::ChangedKeys::decode(&applier.new_keys);
     type Found = (usize, Result<(Vec<u32>, crate::sink::delta::merge::Located), String>);
     let workers = super::pool::run::<_, UnwindError>(
         threads,
@@ -113,7 +115,7 @@ pub fn locate(
             stop.check::<UnwindError>()?;
             let (t, _, contract) = &tasks[i];
             let at = ip.home.join(&t.name);
-            let (keys, names) = (&applier.new_keys, &applier.key_names);
+            let (keys, names) = (&keys, &applier.key_names);
             let found = if crate::sink::delta::is_delta_output(&ip.previous) {
                 crate::sink::delta::merge::locate(&at, &t.name, contract, names, keys, txn_version)?
             } else {

@@ -221,7 +221,7 @@ fn plan_schema(table: &str, current_delta: &StructType, current_arrow: &Schema, 
 /// The changed keys as rows of the key columns in the replay's types (`keys` in key-attribute
 /// order); keys that no row of this table can hold (a value its key column cannot take) are left
 /// out. `Err(reason)` when a key attribute has no column of its own in the table.
-fn key_rows<'k>(contract: &TableSchema, key_attributes: &[String], keys: &'k [String]) -> Result<KeySet<'k>, String> {
+fn key_rows<'k>(contract: &TableSchema, key_attributes: &[String], keys: Keys<'k>) -> Result<KeySet<'k>, String> {
     let mut columns = Vec::with_capacity(key_attributes.len());
     for a in key_attributes {
         let mut found = contract.columns.iter().filter(|c| &c.source == a && contract.extra.as_ref() != Some(&c.name));
@@ -239,41 +239,83 @@ fn key_rows<'k>(contract: &TableSchema, key_attributes: &[String], keys: &'k [St
     Ok(KeySet { names, types, converter, only_keys, keys, set: std::sync::OnceLock::new() })
 }
 
-/// The rows of the key columns of `only_keys` that `keys` make, each with its index in `keys`
-/// (keys that no row of the table can hold, a value its key column cannot take, are left out).
-fn key_set(only_keys: &TableSchema, keys: &[String], converter: &RowConverter) -> Result<KeyRows, String> {
-    let items: Vec<(u32, _)> = keys
-        .iter()
-        .enumerate()
-        .filter_map(|(i, k)| crate::decode::json::decode_item_object(k).ok().map(|item| (i as u32, item)))
-        .collect();
-    let mut builder = BatchBuilder::new(only_keys);
-    // Each batch with the index in `keys` of each of its rows.
-    let mut batches = Vec::new();
-    if items.iter().all(|(_, i)| builder.append(i).is_ok()) {
-        batches.push((builder.finish().map_err(|e| e.to_string())?, items.iter().map(|(k, _)| *k).collect()));
-    } else {
-        // Some key cannot be a row of this table: one builder per key keeps the others.
-        for (k, i) in &items {
-            let mut one = BatchBuilder::new(only_keys);
-            if one.append(i).is_ok()
-                && let Ok(b) = one.finish()
-            {
-                batches.push((b, vec![*k]));
-            }
-        }
-    }
-    let mut set = KeyRows::default();
-    for (b, indexes) in &batches {
-        let rows = converter.convert_columns(b.columns()).map_err(|e| e.to_string())?;
-        set.extend(rows.iter().zip(indexes).map(|(r, &k)| (r.as_ref().to_vec().into_boxed_slice(), k)));
-    }
-    Ok(set)
+/// The changed keys an apply looks for in every table, decoded once: `(index in the keys given,
+/// the key's attributes)`, a key that is not a DynamoDB JSON object left out.
+pub struct ChangedKeys<'k> {
+    items: Vec<(u32, crate::decode::Item<'k>)>,
 }
 
-/// Each changed key's row of key columns, with its index in the keys given. Every row of a
-/// table is looked up here, so it hashes with foldhash (already built for DataFusion).
-type KeyRows = HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>;
+impl<'k> ChangedKeys<'k> {
+    /// `keys`: DynamoDB JSON objects of the key attributes.
+    pub fn decode(keys: &'k [String]) -> ChangedKeys<'k> {
+        let items = keys
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| crate::decode::json::decode_item_object(k).ok().map(|item| (i as u32, item)))
+            .collect();
+        ChangedKeys { items }
+    }
+}
+
+/// The changed keys a [`KeySet`] is made of: decoded once for every table ([`locate`]), or by
+/// the set itself when it needs them ([`merge`]).
+#[derive(Clone, Copy)]
+enum Keys<'k> {
+    Json(&'k [String]),
+    Decoded(&'k ChangedKeys<'k>),
+}
+
+/// The hashes [`KeyRows::hashes`] holds: DataFusion's vectorized row hashing, as its hash joins
+/// use, with a fixed seed (the keys' and the files' columns are hashed by the same state).
+fn hash_state() -> datafusion::common::hash_utils::RandomState {
+    datafusion::common::hash_utils::RandomState::with_seed(0)
+}
+
+/// The rows of the key columns of `only_keys` that `keys` make, each with its index in `keys`
+/// (keys that no row of the table can hold, a value its key column cannot take, are left out).
+fn key_set(only_keys: &TableSchema, keys: Keys<'_>, converter: &RowConverter) -> Result<KeyRows, String> {
+    let decoded;
+    let keys = match keys {
+        Keys::Decoded(k) => k,
+        Keys::Json(json) => {
+            decoded = ChangedKeys::decode(json);
+            &decoded
+        }
+    };
+    // A row the table cannot hold fails part-way and leaves its builder unusable: each key is
+    // tried in `probe` first, made anew after a failure, and only a key it took goes into
+    // `builder`, where it cannot fail.
+    let mut builder = BatchBuilder::new(only_keys);
+    let mut probe = BatchBuilder::new(only_keys);
+    let mut indexes = Vec::with_capacity(keys.items.len());
+    for (k, item) in &keys.items {
+        if probe.append(item).is_ok() {
+            builder.append(item).map_err(|e| e.to_string())?;
+            indexes.push(*k);
+        } else {
+            probe = BatchBuilder::new(only_keys);
+        }
+    }
+    let batch = builder.finish().map_err(|e| e.to_string())?;
+    let rows = converter.convert_columns(batch.columns()).map_err(|e| e.to_string())?;
+    let mut hashes = vec![0u64; batch.num_rows()];
+    datafusion::common::hash_utils::create_hashes(batch.columns(), &hash_state(), &mut hashes)
+        .map_err(|e| e.to_string())?;
+    Ok(KeyRows {
+        rows: rows.iter().zip(&indexes).map(|(r, &k)| (r.as_ref().to_vec().into_boxed_slice(), k)).collect(),
+        hashes: hashes.into_iter().collect(),
+    })
+}
+
+/// Each changed key's row of key columns, with its index in the keys given, and the hash of
+/// each. Every row of a table is looked up here: its hash first, computed column by column for
+/// a whole batch, so that only the few rows whose hash is a changed key's are converted and
+/// compared. Both sets hash with foldhash (already built for DataFusion).
+#[derive(Default)]
+struct KeyRows {
+    rows: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
+    hashes: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+}
 
 /// The changed keys of one table, as rows of its key columns. The rows are made when first
 /// looked up: a merge that knows where the keys are ([`Located`]) and whose new rows are all
@@ -283,7 +325,7 @@ struct KeySet<'k> {
     types: Vec<DataType>,
     converter: RowConverter,
     only_keys: TableSchema,
-    keys: &'k [String],
+    keys: Keys<'k>,
     set: std::sync::OnceLock<Result<KeyRows, String>>,
 }
 
@@ -294,12 +336,18 @@ impl KeySet<'_> {
 
     /// Which rows of `batch` hold a changed key; `None` when the batch lacks a key column.
     fn matches(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>, String> {
-        Ok(self.indexes(batch)?.map(|found| found.iter().map(|k| Some(k.is_some())).collect()))
+        Ok(self.indexes(batch)?.map(|found| {
+            let mut m = vec![false; batch.num_rows()];
+            for (row, _) in found {
+                m[row as usize] = true;
+            }
+            BooleanArray::from(m)
+        }))
     }
 
-    /// Per row of `batch`: the index of the changed key it holds, if it holds one; `None` when the
-    /// batch lacks a key column.
-    fn indexes(&self, batch: &RecordBatch) -> Result<Option<Vec<Option<u32>>>, String> {
+    /// The rows of `batch` that hold a changed key, ascending, each with the index of the key
+    /// it holds; `None` when the batch lacks a key column.
+    fn indexes(&self, batch: &RecordBatch) -> Result<Option<Vec<(u32, u32)>>, String> {
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.names.len());
         for (name, ty) in self.names.iter().zip(&self.types) {
             let Some(c) = batch.column_by_name(name) else { return Ok(None) };
@@ -311,8 +359,28 @@ impl KeySet<'_> {
             cols.push(c);
         }
         let set = self.set()?;
-        let rows = self.converter.convert_columns(&cols).map_err(|e| e.to_string())?;
-        Ok(Some(rows.iter().map(|r| set.get(r.as_ref()).copied()).collect()))
+        let mut hashes = vec![0u64; batch.num_rows()];
+        datafusion::common::hash_utils::create_hashes(&cols, &hash_state(), &mut hashes).map_err(|e| e.to_string())?;
+        let candidates: Vec<u32> =
+            (0..hashes.len() as u32).filter(|&i| set.hashes.contains(&hashes[i as usize])).collect();
+        if candidates.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        // Equal hashes are not equal keys: the candidates' rows are compared whole.
+        let at = datafusion::arrow::array::UInt32Array::from(candidates.clone());
+        let taken = cols
+            .iter()
+            .map(|c| datafusion::arrow::compute::take(c, &at, None))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let rows = self.converter.convert_columns(&taken).map_err(|e| e.to_string())?;
+        Ok(Some(
+            candidates
+                .iter()
+                .zip(rows.iter())
+                .filter_map(|(&i, r)| set.rows.get(r.as_ref()).map(|&k| (i, k)))
+                .collect(),
+        ))
     }
 }
 
@@ -459,7 +527,7 @@ fn upserted_rows(
     Ok(Ok(upserts))
 }
 
-/// The changed keys a Delta table's current version holds (`keys`' indexes, each once per live
+/// The changed keys a Delta table's current version holds (the indexes of `keys`, each once per live
 /// row: a row its deletion vector deletes is not held), found by reading the key columns of its
 /// data files; `Ok(Err(reason))` when its keys cannot be compared with them (as [`merge`] would
 /// replace the table for). What an apply that does not replay the full export knows of where
@@ -470,7 +538,7 @@ pub fn locate(
     table: &str,
     contract: &TableSchema,
     key_attributes: &[String],
-    keys: &[String],
+    keys: &ChangedKeys<'_>,
     txn_version: Option<i64>,
 ) -> Result<Result<(Vec<u32>, Located), String>, SinkError> {
     let fail = delta_err(table, &home.shown());
@@ -481,7 +549,7 @@ pub fn locate(
     {
         return Ok(Err("an earlier attempt of this apply merged it already".into()));
     }
-    let keyset = match key_rows(contract, key_attributes, keys) {
+    let keyset = match key_rows(contract, key_attributes, Keys::Decoded(keys)) {
         Ok(k) => k,
         Err(reason) => return Ok(Err(reason)),
     };
@@ -509,9 +577,9 @@ pub fn locate_files(
     files: &[String],
     contract: &TableSchema,
     key_attributes: &[String],
-    keys: &[String],
+    keys: &ChangedKeys<'_>,
 ) -> Result<Result<(Vec<u32>, Located), String>, SinkError> {
-    let keyset = match key_rows(contract, key_attributes, keys) {
+    let keyset = match key_rows(contract, key_attributes, Keys::Decoded(keys)) {
         Ok(k) => k,
         Err(reason) => return Ok(Err(reason)),
     };
@@ -598,7 +666,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         Ok(p) => p,
         Err(reason) => return Ok(Merged::Replace(reason)),
     };
-    let keyset = match key_rows(contract, key_attributes, keys) {
+    let keyset = match key_rows(contract, key_attributes, Keys::Json(keys)) {
         Ok(k) => k,
         Err(reason) => return Ok(Merged::Replace(reason)),
     };
@@ -925,11 +993,9 @@ impl KeyScan {
     fn add(&mut self, batch: &RecordBatch, keyset: &KeySet<'_>) -> Result<bool, String> {
         let c = &mut self.count;
         let Some(found) = keyset.indexes(batch)? else { return Ok(false) };
-        for (i, k) in found.into_iter().enumerate() {
-            if let Some(k) = k {
-                c.positions.push(c.rows + i as u64);
-                c.keys.push(k);
-            }
+        for (i, k) in found {
+            c.positions.push(c.rows + u64::from(i));
+            c.keys.push(k);
         }
         c.rows += batch.num_rows() as u64;
         c.changed = c.positions.len() as u64;
@@ -950,6 +1016,79 @@ mod tests {
     fn plan(current: &Schema, new: &Schema) -> Result<Plan, String> {
         let delta = delta_schema("t", current).unwrap();
         plan_schema("t", &delta, current, new)
+    }
+
+    fn key_contract() -> TableSchema {
+        let col = |name: &str, ty| crate::schema::Column {
+            name: name.into(),
+            source: name.into(),
+            ty,
+            nullable: false,
+            seen: Default::default(),
+        };
+        let columns = vec![
+            col("PK", crate::schema::ColumnType::Utf8),
+            col("SK", crate::schema::ColumnType::Int64),
+            col("v", crate::schema::ColumnType::Utf8),
+        ];
+        TableSchema { table: "t".into(), entity: Some("T".into()), columns, extra: None }
+    }
+
+    #[test]
+    fn rows_of_changed_keys_are_found_by_hash_then_compared_whole() {
+        let json: Vec<String> = [
+            r#"{"PK":{"S":"A"},"SK":{"N":"1"}}"#,
+            // A key this table cannot hold (its `SK` column is `int64`): left out, the others kept.
+            r#"{"PK":{"S":"A"},"SK":{"S":"x"}}"#,
+            r#"{"PK":{"S":"B"},"SK":{"N":"2"}}"#,
+            r#"{"PK":{"S":"C"},"SK":{"N":"-7"}}"#,
+        ]
+        .map(String::from)
+        .to_vec();
+        let keys = ChangedKeys::decode(&json);
+        let names = ["PK".to_owned(), "SK".to_owned()];
+        for set in [
+            key_rows(&key_contract(), &names, Keys::Decoded(&keys)),
+            key_rows(&key_contract(), &names, Keys::Json(&json)),
+        ] {
+            let set = set.unwrap();
+            let batch = RecordBatch::try_new(
+                Arc::new(schema(vec![
+                    Field::new("v", DataType::Utf8, true),
+                    Field::new("SK", DataType::Int64, true),
+                    Field::new("PK", DataType::Utf8, true),
+                ])),
+                vec![
+                    Arc::new(datafusion::arrow::array::StringArray::from(vec!["a"; 7])),
+                    Arc::new(datafusion::arrow::array::Int64Array::from(vec![
+                        Some(1),
+                        Some(2),
+                        Some(2),
+                        None,
+                        Some(-7),
+                        Some(1),
+                        Some(3),
+                    ])),
+                    Arc::new(datafusion::arrow::array::StringArray::from(vec![
+                        Some("A"),
+                        Some("A"),
+                        Some("B"),
+                        Some("A"),
+                        Some("C"),
+                        Some("A"),
+                        None,
+                    ])),
+                ],
+            )
+            .unwrap();
+            // Rows 0, 2, 4 and 5 hold changed keys (0 and 5 the same one); (A, 2), (A, null) and
+            // (null, 3) do not.
+            assert_eq!(set.indexes(&batch).unwrap().unwrap(), [(0, 0), (2, 2), (4, 3), (5, 0)]);
+            let m = set.matches(&batch).unwrap().unwrap();
+            assert_eq!(m.iter().map(Option::unwrap).collect::<Vec<_>>(), [true, false, true, false, true, true, false]);
+            let no_key = batch.project(&[0, 1]).unwrap();
+            assert!(set.indexes(&no_key).unwrap().is_none(), "a batch without `PK` cannot say");
+        }
     }
 
     #[test]
