@@ -121,8 +121,14 @@ pub fn plan(
         let mut drops = Vec::with_capacity(t.previous.len());
         let mut rewritten = Vec::with_capacity(t.previous.len());
         for f in t.previous {
-            let drop = t.changed.and_then(|c| c.get(&f.path)).map(|l| l.positions.clone()).unwrap_or_default();
-            rewritten.push(!drop.is_empty() || output_file_schema(out, &f.path, t.name)? != *t.schema);
+            let located = t.changed.and_then(|c| c.get(&f.path));
+            let drop = located.map(|l| l.positions.clone()).unwrap_or_default();
+            // The schema as the search for changed keys read it from the footer, else read now.
+            let differs = match located.and_then(|l| l.schema.as_ref()) {
+                Some(s) => **s != *t.schema,
+                None => output_file_schema(out, &f.path, t.name)? != *t.schema,
+            };
+            rewritten.push(!drop.is_empty() || differs);
             drops.push(drop);
         }
         // This run's rows join the last file while it is under the target size, when that file
@@ -430,7 +436,10 @@ mod tests {
         let previous = [report("t/part-00000.parquet", 1, 1000), report("t/part-00001.parquet", 1, 1000)];
         let new_rows = [report("t/part-00000.parquet", 1, 100)];
         let changed_in = |rel: &str| {
-            HashMap::from([(rel.to_owned(), LocatedFile { positions: vec![0], deleted: Default::default() })])
+            HashMap::from([(
+                rel.to_owned(),
+                LocatedFile { positions: vec![0], deleted: Default::default(), schema: None },
+            )])
         };
         let kinds = |changed: Option<&HashMap<String, LocatedFile>>, target: u64| {
             let t = Table {
@@ -469,5 +478,34 @@ mod tests {
             kinds(Some(&HashMap::from([first.into_iter().next().unwrap(), last.into_iter().next().unwrap()])), 1000),
             (expected, 0)
         );
+        // Schemas the search for changed keys read from the footers are not read again: a file
+        // recorded in the table's schema is kept (its footer gone, which reading would fail on),
+        // one recorded in another is rewritten.
+        let recorded = |schema: SchemaRef| {
+            HashMap::from([
+                (
+                    "t/part-00000.parquet".to_owned(),
+                    LocatedFile { positions: vec![], deleted: Default::default(), schema: Some(schema.clone()) },
+                ),
+                (
+                    "t/part-00001.parquet".to_owned(),
+                    LocatedFile { positions: vec![], deleted: Default::default(), schema: Some(schema) },
+                ),
+            ])
+        };
+        let footers = [out.join("t/part-00000.parquet"), out.join("t/part-00001.parquet")];
+        let saved: Vec<Vec<u8>> = footers.iter().map(|f| fs::read(f).unwrap()).collect();
+        for f in &footers {
+            fs::write(f, b"not parquet").unwrap();
+        }
+        let expected = vec!["staged t/part-00000.parquet".to_owned(), "keep 1".to_owned(), "keep 2".to_owned()];
+        assert_eq!(kinds(Some(&recorded(schema.clone())), 1000), (expected, 0));
+        let other: SchemaRef = Arc::new(Schema::new(vec![Field::new("pk", DataType::LargeUtf8, true)]));
+        let expected =
+            vec!["staged t/part-00000.parquet".to_owned(), "write 1 from 1".to_owned(), "write 2 from 1".to_owned()];
+        assert_eq!(kinds(Some(&recorded(other)), 1000), (expected, 0));
+        for (f, bytes) in footers.iter().zip(saved) {
+            fs::write(f, bytes).unwrap();
+        }
     }
 }

@@ -98,6 +98,9 @@ pub struct LocatedFile {
     pub positions: Vec<u64>,
     /// The rows its deletion vector deletes.
     pub deleted: RoaringTreemap,
+    /// The Arrow schema it was written with, from the footer read to find the keys (so that a
+    /// rewrite of the output need not read it again).
+    pub schema: Option<SchemaRef>,
 }
 
 /// Rows per batch read back from a data file.
@@ -564,7 +567,7 @@ pub fn locate(
                 Err(reason) => return Ok(Err(reason)),
             };
         found.extend(count.positions.iter().zip(&count.keys).filter(|(p, _)| !deleted.contains(**p)).map(|(_, k)| *k));
-        located.files.insert(rel, LocatedFile { positions: count.positions, deleted });
+        located.files.insert(rel, LocatedFile { positions: count.positions, deleted, schema: Some(count.schema) });
     }
     Ok(Ok((found, located)))
 }
@@ -591,7 +594,9 @@ pub fn locate_files(
             Err(reason) => return Ok(Err(reason)),
         };
         found.extend_from_slice(&count.keys);
-        located.files.insert(rel.clone(), LocatedFile { positions: count.positions, deleted: RoaringTreemap::new() });
+        let file =
+            LocatedFile { positions: count.positions, deleted: RoaringTreemap::new(), schema: Some(count.schema) };
+        located.files.insert(rel.clone(), file);
     }
     Ok(Ok((found, located)))
 }
@@ -710,7 +715,9 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                 None => {
                     let vector = live.remove.deletion_vector.as_ref();
                     read = match file_keys(home, table, &keyset, &live.add.path, vector)? {
-                        Ok((count, deleted)) => LocatedFile { positions: count.positions, deleted },
+                        Ok((count, deleted)) => {
+                            LocatedFile { positions: count.positions, deleted, schema: Some(count.schema) }
+                        }
                         Err(reason) => return Ok(Merged::Replace(reason)),
                     };
                     &read
@@ -920,6 +927,8 @@ struct KeyCount {
     keys: Vec<u32>,
     rows: u64,
     row_groups: usize,
+    /// The file's Arrow schema.
+    schema: SchemaRef,
 }
 
 /// How many rows of the data file at `path` hold a changed key (its key columns read only);
@@ -929,7 +938,7 @@ fn changed_rows(path: &Path, table: &str, keyset: &KeySet<'_>) -> Result<Result<
     let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, path))?;
     let Some(mask) = key_columns(builder.schema(), builder.parquet_schema(), keyset) else { return Ok(Ok(None)) };
-    let mut scan = KeyScan::new(builder.metadata().num_row_groups());
+    let mut scan = KeyScan::new(builder.metadata().num_row_groups(), builder.schema().clone());
     for batch in builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, path))? {
         let batch = batch.map_err(arrow_err(table, path))?;
         match scan.add(&batch, keyset) {
@@ -957,7 +966,7 @@ async fn stored_changed_rows(
     let reader = ParquetObjectReader::new(store.clone(), object_store::path::Path::from(key));
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(err)?;
     let Some(mask) = key_columns(builder.schema(), builder.parquet_schema(), keyset) else { return Ok(Ok(None)) };
-    let mut scan = KeyScan::new(builder.metadata().num_row_groups());
+    let mut scan = KeyScan::new(builder.metadata().num_row_groups(), builder.schema().clone());
     let mut batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(err)?;
     while let Some(batch) = batches.try_next().await.map_err(err)? {
         match scan.add(&batch, keyset) {
@@ -985,8 +994,8 @@ struct KeyScan {
 }
 
 impl KeyScan {
-    fn new(row_groups: usize) -> KeyScan {
-        KeyScan { count: KeyCount { changed: 0, positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups } }
+    fn new(row_groups: usize, schema: SchemaRef) -> KeyScan {
+        KeyScan { count: KeyCount { changed: 0, positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups, schema } }
     }
 
     /// Counts the next batch in; `Ok(false)` when it lacks a key column.
