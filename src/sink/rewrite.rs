@@ -24,10 +24,10 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, new_null_array};
-use datafusion::arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use datafusion::arrow::compute::{CastOptions, cast_with_options};
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder, RowSelection};
 
 use super::delta::Home;
 use super::delta::merge::LocatedFile;
@@ -246,29 +246,37 @@ fn copy_rows(
     let mut next_drop = drop.iter().copied().peekable();
     for rg in 0..meta.metadata().num_row_groups() {
         let file = file.try_clone().map_err(SinkError::io("open", path))?;
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
+        let rows = meta.metadata().row_group(rg).num_rows().max(0) as u64;
+        let end = at + rows;
+        // The row group's rows less those dropped, as a row selection: the reader skips them
+        // instead of decoding them for a filter to copy every other row out.
+        let mut kept = Vec::new();
+        let mut from = 0usize;
+        while let Some(p) = next_drop.next_if(|&p| p < end) {
+            let p = (p - at) as usize;
+            if p > from {
+                kept.push(from..p);
+            }
+            from = p + 1;
+        }
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
             .with_row_groups(vec![rg])
-            .with_batch_size(BATCH_ROWS)
-            .build()
-            .map_err(err)?;
-        for batch in reader {
+            .with_batch_size(BATCH_ROWS);
+        if from > 0 {
+            if (from as u64) < rows {
+                kept.push(from..rows as usize);
+            }
+            builder =
+                builder.with_row_selection(RowSelection::from_consecutive_ranges(kept.into_iter(), rows as usize));
+        }
+        for batch in builder.build().map_err(err)? {
             let batch = batch.map_err(|e| err(e.into()))?;
-            let end = at + batch.num_rows() as u64;
-            let batch = if next_drop.peek().is_some_and(|&p| p < end) {
-                let mut keep = vec![true; batch.num_rows()];
-                while let Some(p) = next_drop.next_if(|&p| p < end) {
-                    keep[(p - at) as usize] = false;
-                }
-                filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(|e| err(e.into()))?
-            } else {
-                batch
-            };
-            at = end;
             match lay_out(&batch, schema) {
                 Ok(laid) => writer.write(&laid)?,
                 Err(reason) => return Ok(Err(reason)),
             }
         }
+        at = end;
         writer.end_row_group()?;
     }
     Ok(Ok(()))
