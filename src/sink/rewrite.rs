@@ -123,9 +123,10 @@ pub fn plan(
         for f in t.previous {
             let located = t.changed.and_then(|c| c.get(&f.path));
             let drop = located.map(|l| l.positions.clone()).unwrap_or_default();
-            // The schema as the search for changed keys read it from the footer, else read now.
-            let differs = match located.and_then(|l| l.schema.as_ref()) {
-                Some(s) => **s != *t.schema,
+            // The schema as the search for changed keys read it from the footer; a file it did
+            // not search (`_rejects`') has its footer read now.
+            let differs = match located {
+                Some(l) => *l.schema != *t.schema,
                 None => output_file_schema(out, &f.path, t.name)? != *t.schema,
             };
             rewritten.push(!drop.is_empty() || differs);
@@ -446,7 +447,7 @@ mod tests {
         let changed_in = |rel: &str| {
             HashMap::from([(
                 rel.to_owned(),
-                LocatedFile { positions: vec![0], deleted: Default::default(), schema: None },
+                LocatedFile { positions: vec![0], deleted: Default::default(), schema: schema.clone() },
             )])
         };
         let kinds = |changed: Option<&HashMap<String, LocatedFile>>, target: u64| {
@@ -493,11 +494,11 @@ mod tests {
             HashMap::from([
                 (
                     "t/part-00000.parquet".to_owned(),
-                    LocatedFile { positions: vec![], deleted: Default::default(), schema: Some(schema.clone()) },
+                    LocatedFile { positions: vec![], deleted: Default::default(), schema: schema.clone() },
                 ),
                 (
                     "t/part-00001.parquet".to_owned(),
-                    LocatedFile { positions: vec![], deleted: Default::default(), schema: Some(schema) },
+                    LocatedFile { positions: vec![], deleted: Default::default(), schema },
                 ),
             ])
         };

@@ -92,7 +92,7 @@ pub struct Located {
 }
 
 /// One data file as [`locate`] found it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LocatedFile {
     /// The positions of its rows that hold a changed key, including those its vector deletes.
     pub positions: Vec<u64>,
@@ -100,7 +100,7 @@ pub struct LocatedFile {
     pub deleted: RoaringTreemap,
     /// The Arrow schema it was written with, from the footer read to find the keys (so that a
     /// rewrite of the output need not read it again).
-    pub schema: Option<SchemaRef>,
+    pub schema: SchemaRef,
 }
 
 /// Rows per batch read back from a data file.
@@ -314,7 +314,6 @@ fn key_set(only_keys: &TableSchema, keys: Keys<'_>, converter: &RowConverter) ->
 /// each. Every row of a table is looked up here: its hash first, computed column by column for
 /// a whole batch, so that only the few rows whose hash is a changed key's are converted and
 /// compared. Both sets hash with foldhash (already built for DataFusion).
-#[derive(Default)]
 struct KeyRows {
     rows: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
     hashes: std::collections::HashSet<u64, foldhash::fast::RandomState>,
@@ -370,7 +369,7 @@ impl KeySet<'_> {
             return Ok(Some(Vec::new()));
         }
         // Equal hashes are not equal keys: the candidates' rows are compared whole.
-        let at = datafusion::arrow::array::UInt32Array::from(candidates.clone());
+        let at = datafusion::arrow::array::UInt32Array::from(candidates);
         let taken = cols
             .iter()
             .map(|c| datafusion::arrow::compute::take(c, &at, None))
@@ -378,7 +377,7 @@ impl KeySet<'_> {
             .map_err(|e| e.to_string())?;
         let rows = self.converter.convert_columns(&taken).map_err(|e| e.to_string())?;
         Ok(Some(
-            candidates
+            at.values()
                 .iter()
                 .zip(rows.iter())
                 .filter_map(|(&i, r)| set.rows.get(r.as_ref()).map(|&k| (i, k)))
@@ -567,7 +566,7 @@ pub fn locate(
                 Err(reason) => return Ok(Err(reason)),
             };
         found.extend(count.positions.iter().zip(&count.keys).filter(|(p, _)| !deleted.contains(**p)).map(|(_, k)| *k));
-        located.files.insert(rel, LocatedFile { positions: count.positions, deleted, schema: Some(count.schema) });
+        located.files.insert(rel, LocatedFile { positions: count.positions, deleted, schema: count.schema });
     }
     Ok(Ok((found, located)))
 }
@@ -594,8 +593,7 @@ pub fn locate_files(
             Err(reason) => return Ok(Err(reason)),
         };
         found.extend_from_slice(&count.keys);
-        let file =
-            LocatedFile { positions: count.positions, deleted: RoaringTreemap::new(), schema: Some(count.schema) };
+        let file = LocatedFile { positions: count.positions, deleted: RoaringTreemap::new(), schema: count.schema };
         located.files.insert(rel.clone(), file);
     }
     Ok(Ok((found, located)))
@@ -716,7 +714,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                     let vector = live.remove.deletion_vector.as_ref();
                     read = match file_keys(home, table, &keyset, &live.add.path, vector)? {
                         Ok((count, deleted)) => {
-                            LocatedFile { positions: count.positions, deleted, schema: Some(count.schema) }
+                            LocatedFile { positions: count.positions, deleted, schema: count.schema }
                         }
                         Err(reason) => return Ok(Merged::Replace(reason)),
                     };
@@ -746,12 +744,12 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                 live.add.path,
                 dv::ENABLE
             )));
-        } else if count.changed == 0 {
+        } else if count.positions.is_empty() {
             home.done_with(&path);
         } else {
             report.files_rewritten += 1;
             report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
-            report.rows_removed += count.changed;
+            report.rows_removed += count.positions.len() as u64;
             holding.push((live.add.path, live.remove, path));
         }
     }
@@ -789,7 +787,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                 Err(reason) => return Ok(Merged::Replace(reason)),
             }
         }
-        report.rows_upserted = counts.iter().map(|c| c.changed).sum();
+        report.rows_upserted = counts.iter().map(|c| c.positions.len() as u64).sum();
         for (_, remove, path) in holding {
             home.done_with(&path);
             actions.push(Action::Remove(remove));
@@ -919,8 +917,6 @@ fn commit(c: Commit<'_>) -> Result<Merged, SinkError> {
 
 /// What [`changed_rows`] counted in one data file.
 struct KeyCount {
-    /// Rows holding a changed key.
-    changed: u64,
     /// Their positions in the file (from 0), ascending.
     positions: Vec<u64>,
     /// The index of the changed key each of them holds.
@@ -995,7 +991,7 @@ struct KeyScan {
 
 impl KeyScan {
     fn new(row_groups: usize, schema: SchemaRef) -> KeyScan {
-        KeyScan { count: KeyCount { changed: 0, positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups, schema } }
+        KeyScan { count: KeyCount { positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups, schema } }
     }
 
     /// Counts the next batch in; `Ok(false)` when it lacks a key column.
@@ -1007,7 +1003,6 @@ impl KeyScan {
             c.keys.push(k);
         }
         c.rows += batch.num_rows() as u64;
-        c.changed = c.positions.len() as u64;
         Ok(true)
     }
 }
