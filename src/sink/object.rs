@@ -63,6 +63,9 @@ const CONCURRENT_UPLOADS: usize = 4;
 const CONCURRENT_COPIES: usize = 32;
 /// Files larger than this are sent as multipart uploads.
 const MULTIPART_BYTES: u64 = 16 * 1024 * 1024;
+/// The largest object one `CopyObject` request copies (S3's limit, 5 GiB). A larger one is
+/// streamed through this machine instead: a `GET` sent on as a multipart upload.
+const COPY_OBJECT_MAX_BYTES: u64 = 5 * 1024 * 1024 * 1024;
 /// Where runs keep their own objects: `_etl/runs/<run-id>/…`.
 const RUNS_DIR: &str = "_etl/runs/";
 /// A run's declaration, written before its first upload.
@@ -203,8 +206,14 @@ pub(in crate::sink) fn keep_object_input(
             Input::Path(p) => upload(store, p, &key, url).await?,
             Input::Object(o) if from_url.is_some_and(|u| u.scheme == url.scheme && u.bucket == url.bucket) => {
                 // The output's own kept copy (an apply reads the exports it holds) stays.
-                if o.key != to {
-                    store.copy(&o.key, &to).await.map_err(obj_err("copy to", url, &key))?;
+                if o.key != to
+                    && let Err(e) = store.copy(&o.key, &to).await
+                {
+                    // The input's size is not known before: asked only when the copy failed.
+                    match store.head(&o.key).await {
+                        Ok(meta) if meta.size > COPY_OBJECT_MAX_BYTES => transfer(o, from_url, store, &to, url).await?,
+                        _ => return Err(obj_err("copy to", url, &key)(e)),
+                    }
                 }
             }
             Input::Object(o) => transfer(o, from_url, store, &to, url).await?,
@@ -525,7 +534,7 @@ impl<'a> Publish<'a> {
     ) -> Result<(usize, u64), SinkError> {
         let (prefix, run_id) = (&self.prefix, &self.run_id);
         let mut uploads: Vec<(PathBuf, String)> = Vec::new();
-        let mut server_copies: Vec<(String, String)> = Vec::new();
+        let mut server_copies: Vec<ObjectCopy> = Vec::new();
         let mut copied_bytes = 0;
         for t in &mut report.tables {
             for f in &mut t.files {
@@ -535,7 +544,11 @@ impl<'a> Publish<'a> {
                 };
                 match stored.get(&f.path) {
                     Some(from) => {
-                        server_copies.push((from.clone(), format!("{prefix}{renamed}")));
+                        server_copies.push(ObjectCopy {
+                            from: from.clone(),
+                            to: format!("{prefix}{renamed}"),
+                            bytes: f.bytes,
+                        });
                         copied_bytes += f.bytes;
                     }
                     None => uploads.push((local.join(&f.path), format!("{prefix}{renamed}"))),
@@ -552,8 +565,8 @@ impl<'a> Publish<'a> {
 
     /// Copies objects of the store server-side (from, to), a few at once. On failure, removes
     /// what this run wrote.
-    async fn copy(&mut self, copies: Vec<(String, String)>) -> Result<(), SinkError> {
-        self.written.extend(copies.iter().map(|(_, to)| to.clone()));
+    async fn copy(&mut self, copies: Vec<ObjectCopy>) -> Result<(), SinkError> {
+        self.written.extend(copies.iter().map(|c| c.to.clone()));
         if let Err(e) = copy_all(&self.store, self.url, &copies).await {
             remove_keys(&self.store, &self.written).await;
             return Err(e);
@@ -671,20 +684,41 @@ pub(in crate::sink) async fn upload_all(
     at_most(CONCURRENT_UPLOADS, uploads.iter().map(|(path, key)| upload(store, path, key, url))).await
 }
 
-/// Copies objects of `store` server-side (`(from, to)` keys), a few dozen at once: no bytes go
-/// through this machine.
+/// One object of a store copied to another key of it.
+#[derive(Debug, Clone)]
+pub(in crate::sink) struct ObjectCopy {
+    pub from: String,
+    pub to: String,
+    /// The object's size: one larger than S3 copies in one request is streamed instead.
+    pub bytes: u64,
+}
+
+/// Copies objects of `store`, a few dozen at once: server-side (no bytes go through this
+/// machine), except an object larger than one `CopyObject` request takes, which is streamed.
 pub(in crate::sink) async fn copy_all(
     store: &Arc<dyn ObjectStore>,
     url: &ObjectUrl,
-    copies: &[(String, String)],
+    copies: &[ObjectCopy],
+) -> Result<(), SinkError> {
+    copy_all_within(store, url, copies, COPY_OBJECT_MAX_BYTES).await
+}
+
+/// [`copy_all`], objects larger than `server_side_max` streamed.
+async fn copy_all_within(
+    store: &Arc<dyn ObjectStore>,
+    url: &ObjectUrl,
+    copies: &[ObjectCopy],
+    server_side_max: u64,
 ) -> Result<(), SinkError> {
     at_most(
         CONCURRENT_COPIES,
-        copies.iter().map(|(from, to)| async move {
-            store
-                .copy(&ObjPath::from(from.as_str()), &ObjPath::from(to.as_str()))
-                .await
-                .map_err(obj_err("copy", url, from))
+        copies.iter().map(|c| async move {
+            let (from, to) = (ObjPath::from(c.from.as_str()), ObjPath::from(c.to.as_str()));
+            if c.bytes > server_side_max {
+                transfer(&ObjectRef { store: store.clone(), key: from }, None, store, &to, url).await
+            } else {
+                store.copy(&from, &to).await.map_err(obj_err("copy", url, &c.from))
+            }
         }),
     )
     .await
@@ -1006,5 +1040,36 @@ mod tests {
         let g = Fixture::new("sink-object-foreign");
         io_runtime().block_on(g.store.put(&ObjPath::from("out/notes.txt"), PutPayload::from("mine"))).unwrap();
         assert!(matches!(g.begin(), Err(SinkError::NotEtlPrefix { .. })));
+    }
+
+    #[test]
+    fn objects_larger_than_one_copy_request_are_streamed_the_same_bytes() {
+        use std::os::unix::fs::MetadataExt as _;
+        let f = Fixture::new("sink-object-copy");
+        // A folder as the store: its server-side copy is a hard link (the same inode), so the
+        // test sees which way each object went.
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(f.tmp.path()).unwrap());
+        // Larger than one multipart part, so the streamed copy is a multipart upload.
+        let big: Vec<u8> = (0..(MULTIPART_BYTES as usize + 12_345)).map(|i| (i % 251) as u8).collect();
+        std::fs::create_dir_all(f.tmp.path().join("in")).unwrap();
+        std::fs::write(f.tmp.path().join("in/small"), b"small").unwrap();
+        std::fs::write(f.tmp.path().join("in/big"), &big).unwrap();
+        let copy =
+            |from: &str, to: &str, bytes: usize| ObjectCopy { from: from.into(), to: to.into(), bytes: bytes as u64 };
+        let copies = [copy("in/small", "out/small", 5), copy("in/big", "out/big", big.len())];
+        // Server-side up to 16 bytes here (5 GiB for real): the small object is copied, the big
+        // one streamed; both arrive whole.
+        io_runtime().block_on(copy_all_within(&store, &f.url, &copies, 16)).unwrap();
+        let inode = |rel: &str| std::fs::metadata(f.tmp.path().join(rel)).unwrap().ino();
+        assert_eq!(inode("out/small"), inode("in/small"), "copied server-side");
+        assert_ne!(inode("out/big"), inode("in/big"), "streamed");
+        assert_eq!(std::fs::read(f.tmp.path().join("out/small")).unwrap(), b"small");
+        assert_eq!(std::fs::read(f.tmp.path().join("out/big")).unwrap(), big);
+        // A copy of an object that is not there fails, whichever way it goes.
+        for bytes in [5, big.len()] {
+            let missing = [copy("in/none", "out/none", bytes)];
+            assert!(io_runtime().block_on(copy_all_within(&store, &f.url, &missing, 16)).is_err());
+        }
     }
 }

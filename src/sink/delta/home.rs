@@ -232,15 +232,21 @@ impl Home {
         })
     }
 
-    /// Copies the objects `files` (`(from, name)`: a key of the output's own store, the file's
-    /// name in the table) into the table, server-side.
-    pub fn place_stored(&self, files: &[(String, String)]) -> Result<(), SinkError> {
+    /// Copies the objects `files` (`(from, name, bytes)`: a key of the output's own store, the
+    /// file's name in the table, its size) into the table, server-side.
+    pub fn place_stored(&self, files: &[(String, String, u64)]) -> Result<(), SinkError> {
         if files.is_empty() {
             return Ok(());
         }
         let (store, url) = self.stored_store()?;
-        let copies: Vec<(String, String)> =
-            files.iter().map(|(from, name)| (from.clone(), Home::key(url, name))).collect();
+        let copies: Vec<crate::sink::object::ObjectCopy> = files
+            .iter()
+            .map(|(from, name, bytes)| crate::sink::object::ObjectCopy {
+                from: from.clone(),
+                to: Home::key(url, name),
+                bytes: *bytes,
+            })
+            .collect();
         crate::store::io_runtime().block_on(crate::sink::object::copy_all(store, url, &copies))
     }
 

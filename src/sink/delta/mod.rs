@@ -401,11 +401,11 @@ pub(super) fn commit_tables(
             .collect();
         // Stored parts (a sharded run's, all of a table's or none) are copied into the table
         // when it is committed; the schema is in their footers.
-        let copies: Vec<(String, String)> = table
+        let copies: Vec<(String, String, u64)> = table
             .files
             .iter()
             .zip(&names)
-            .filter_map(|(f, name)| stored.get(&f.path).map(|from| (from.clone(), name.clone())))
+            .filter_map(|(f, name)| stored.get(&f.path).map(|from| (from.clone(), name.clone(), f.bytes)))
             .collect();
         let copied = copies.len() == table.files.len() && !copies.is_empty();
         if !copies.is_empty() && !copied {
@@ -416,7 +416,7 @@ pub(super) fn commit_tables(
             });
         }
         let schema = match (copies.first(), staged.first(), contracts.get(table.name.as_str())) {
-            (Some((key, _)), _, _) => at.stored_schema(key, &table.name)?,
+            (Some((key, _, _)), _, _) => at.stored_schema(key, &table.name)?,
             (None, Some(p), _) => written_schema(p, &table.name)?,
             (None, None, Some(c)) => c.arrow_schema(),
             (None, None, None) => (*crate::normalize::rejects_schema()).clone(),
