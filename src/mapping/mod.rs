@@ -18,7 +18,7 @@ pub mod import;
 pub mod infer;
 pub mod keyinfer;
 mod model;
-mod suggest;
+pub(crate) mod suggest;
 pub mod template;
 mod types;
 

@@ -17,7 +17,7 @@ pub(super) fn backticked(names: &[&str]) -> String {
 }
 
 /// The candidate nearest to `word`, if near enough to be a likely typo.
-pub(super) fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
+pub(crate) fn closest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
     let lower = word.to_lowercase();
     if lower.chars().count() > 64 {
         return None;

@@ -47,8 +47,14 @@ pub enum SqlError {
     BadParam(String),
     #[error("no statement to run")]
     Empty,
-    #[error("unknown table `{0}`")]
-    UnknownTable(String),
+    #[error("no table `{name}` in `{data}`")]
+    UnknownTable {
+        name: String,
+        /// The output's folder or URL.
+        data: String,
+        /// The output's tables.
+        known: Vec<String>,
+    },
     #[error("cannot {action} `{path}`: {source}")]
     Io { action: &'static str, path: String, source: std::io::Error },
     #[error(transparent)]
@@ -84,7 +90,7 @@ impl SqlError {
             }
             e if e.is_resources_exhausted() => Some("raise `--memory-limit`, or narrow the query".into()),
             SqlError::Timeout(_) => Some("raise `--timeout`, or narrow the query".into()),
-            SqlError::UnknownTable(_) => Some("`\\d` lists the tables".into()),
+            SqlError::UnknownTable { name, known, .. } => Some(unknown_table_hint(name, known)),
             SqlError::Delta(e) => e.hint().map(Into::into),
             SqlError::AsOfNotDelta { .. } => Some(
                 "time travel needs an output written with `etl unwind --format delta` (a Parquet output keeps only its latest state)".into(),
@@ -99,6 +105,30 @@ impl SqlError {
             _ => None,
         }
     }
+}
+
+/// A likely typo's correction among `known`, then the tables there are (the first 20).
+fn unknown_table_hint(name: &str, known: &[String]) -> String {
+    const LISTED: usize = 20;
+    let names: Vec<&str> = known.iter().map(String::as_str).collect();
+    let mut hint = match crate::mapping::suggest::closest(name, &names) {
+        Some(c) => format!("did you mean `{c}`? "),
+        None => String::new(),
+    };
+    if names.is_empty() {
+        hint.push_str("the output has no tables");
+        return hint;
+    }
+    let listed: Vec<String> = names.iter().take(LISTED).map(|n| format!("`{n}`")).collect();
+    hint.push_str(&format!("the tables are {}", listed.join(", ")));
+    if names.len() > LISTED {
+        hint.push_str(&format!(" and {} more (`\\d` lists them all)", names.len() - LISTED));
+    }
+    // SQL folds an unquoted name to lowercase: `Order` reads table `order`.
+    if let Some(n) = names.iter().find(|n| n.eq_ignore_ascii_case(name) && **n != name) {
+        hint.push_str(&format!("; quote a name that is not all lowercase: `\"{n}\"`"));
+    }
+    hint
 }
 
 /// Settings of an SQL session.
@@ -305,7 +335,20 @@ impl Session {
     /// Plans a statement and, unless writes are allowed, refuses anything that changes files,
     /// tables or settings.
     async fn plan(&self, stmt: DfStatement) -> Result<LogicalPlan, SqlError> {
-        let plan = self.ctx.state().statement_to_plan(stmt).await?;
+        let state = self.ctx.state();
+        // The tables the statement reads (not its CTEs), to say which one is missing when it
+        // cannot be planned.
+        let references = state.resolve_table_references(&stmt).unwrap_or_default();
+        let plan = match state.statement_to_plan(stmt).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                let missing = references.iter().find(|r| !self.ctx.table_exist((*r).clone()).unwrap_or(false));
+                return Err(match missing {
+                    Some(r) => self.unknown_table(&r.to_string()),
+                    None => e.into(),
+                });
+            }
+        };
         if !self.opts.allow_write {
             if let Some(kind) = forbidden_kind(&plan) {
                 return Err(SqlError::Forbidden { kind });
@@ -356,7 +399,15 @@ impl Session {
 
     /// The table called `name`, for `\d TABLE`.
     pub fn table(&self, name: &str) -> Result<&TableInfo, SqlError> {
-        self.tables.iter().find(|t| t.name == name).ok_or_else(|| SqlError::UnknownTable(name.to_owned()))
+        self.tables.iter().find(|t| t.name == name).ok_or_else(|| self.unknown_table(name))
+    }
+
+    fn unknown_table(&self, name: &str) -> SqlError {
+        SqlError::UnknownTable {
+            name: name.to_owned(),
+            data: self.data_dir.clone(),
+            known: self.tables.iter().map(|t| t.name.clone()).collect(),
+        }
     }
 }
 
@@ -723,6 +774,26 @@ mod tests {
     use datafusion::error::DataFusionError;
 
     use super::*;
+
+    #[test]
+    fn an_unknown_table_hint_corrects_typos_lists_tables_and_says_when_to_quote() {
+        let known = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            unknown_table_hint("orders", &known(&["_rejects", "order", "user"])),
+            "did you mean `order`? the tables are `_rejects`, `order`, `user`"
+        );
+        assert_eq!(unknown_table_hint("invoice", &known(&["order"])), "the tables are `order`");
+        assert_eq!(unknown_table_hint("order", &[]), "the output has no tables");
+        // SQL read `Order` as `order`: the table is `Order`, quoted.
+        assert_eq!(
+            unknown_table_hint("order", &known(&["Order", "user"])),
+            "did you mean `Order`? the tables are `Order`, `user`; quote a name that is not all lowercase: `\"Order\"`"
+        );
+        let many: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
+        let hint = unknown_table_hint("x", &many);
+        assert!(hint.starts_with("the tables are `t00`, `t01`"), "{hint}");
+        assert!(hint.ends_with("`t19` and 5 more (`\\d` lists them all)"), "{hint}");
+    }
 
     #[test]
     fn queries_split_at_least_four_ways_and_once_per_core_beyond() {

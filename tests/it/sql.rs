@@ -558,6 +558,29 @@ fn writes_are_refused_by_default() {
     }
 }
 
+/// A query of a table the output does not have names it, the output and the tables there are;
+/// a CTE is not a table, and a query failing for another reason keeps DataFusion's message.
+#[test]
+fn an_unknown_table_is_named_with_the_tables_there_are() {
+    // Exit 2, as any query that cannot be planned (1 is for a query stopped by its limits).
+    let r = sql(&["SELECT count(*) FROM orders o JOIN \"order\" USING (order_id)"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let out = sample_out().to_string_lossy().into_owned();
+    assert!(r.stderr.contains(&format!("error: no table `orders` in `{out}`")), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "hint: did you mean `order`? the tables are `_rejects`, `order`, `order_item`, `product`, `review`, `user`"
+        ),
+        "{}",
+        r.stderr
+    );
+    let r = sql(&["WITH orders AS (SELECT * FROM \"order\") SELECT count(*) > 0 AS any FROM orders"]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "any\ntrue\n"), "{}", r.stderr);
+    let r = sql(&["SELECT nme FROM \"order\""]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("nme") && !r.stderr.contains("no table"), "{}", r.stderr);
+}
+
 #[test]
 fn sql_refuses_folders_that_are_not_outputs() {
     let tmp = tempfile::tempdir().unwrap();
