@@ -47,6 +47,9 @@ pub enum SqlError {
     BadParam(String),
     #[error("no statement to run")]
     Empty,
+    /// The text is not SQL the parser reads (the parser's message, with line and column).
+    #[error("cannot parse the SQL: {0}")]
+    Syntax(String),
     #[error("no table `{name}` in `{data}`")]
     UnknownTable {
         name: String,
@@ -104,6 +107,20 @@ impl SqlError {
             SqlError::NotDistributable { .. } => Some("drop `--ballista` to read it with deltalake here".into()),
             _ => None,
         }
+    }
+}
+
+/// A parse error as [`SqlError::Syntax`]: the parser's own message once, not wrapped twice.
+fn syntax_error(e: datafusion::error::DataFusionError) -> SqlError {
+    use datafusion::sql::sqlparser::parser::ParserError;
+    match e {
+        datafusion::error::DataFusionError::SQL(p, _) => match *p {
+            ParserError::ParserError(m) | ParserError::TokenizerError(m) => SqlError::Syntax(m),
+            ParserError::RecursionLimitExceeded => {
+                SqlError::Syntax("the statement nests deeper than the parser reads".into())
+            }
+        },
+        other => other.into(),
     }
 }
 
@@ -325,7 +342,7 @@ impl Session {
 
     /// Splits a text of one or more statements.
     pub fn statements(&self, text: &str) -> Result<Vec<DfStatement>, SqlError> {
-        let stmts = DFParser::parse_sql(text)?;
+        let stmts = DFParser::parse_sql(text).map_err(syntax_error)?;
         if stmts.is_empty() {
             return Err(SqlError::Empty);
         }
@@ -793,6 +810,21 @@ mod tests {
         let hint = unknown_table_hint("x", &many);
         assert!(hint.starts_with("the tables are `t00`, `t01`"), "{hint}");
         assert!(hint.ends_with("`t19` and 5 more (`\\d` lists them all)"), "{hint}");
+    }
+
+    #[test]
+    fn parse_errors_are_the_parsers_message_once() {
+        let e = syntax_error(DFParser::parse_sql("SELEC 1").unwrap_err());
+        assert_eq!(
+            e.to_string(),
+            "cannot parse the SQL: Expected: an SQL statement, found: SELEC at Line: 1, Column: 1"
+        );
+        assert!(std::error::Error::source(&e).is_none());
+        let e = syntax_error(DFParser::parse_sql("SELECT 'abc").unwrap_err());
+        assert_eq!(e.to_string(), "cannot parse the SQL: Unterminated string literal at Line: 1, Column: 8");
+        let nested = format!("SELECT {}1{}", "(".repeat(500), ")".repeat(500));
+        let e = syntax_error(DFParser::parse_sql(&nested).unwrap_err());
+        assert_eq!(e.to_string(), "cannot parse the SQL: the statement nests deeper than the parser reads");
     }
 
     #[test]
