@@ -203,6 +203,11 @@ async fn run_all(
 
 fn fail(printer: &Printer, e: &SqlError) -> ExitStatus {
     printer.error_chain(e, e.hint().as_deref());
+    status_of(e)
+}
+
+/// The exit status of a failed query: 1 when its limits stopped it, 2 otherwise.
+fn status_of(e: &SqlError) -> ExitStatus {
     match e {
         SqlError::Timeout(_) => ExitStatus::Failure,
         e if e.is_resources_exhausted() => ExitStatus::Failure,
@@ -278,6 +283,8 @@ enum Next {
     /// Stop with exit status 2: results could not be written (not a closed pipe, which is
     /// [`Next::Quit`]).
     Fail,
+    /// A statement or command failed (its error shown) with this status; the shell goes on.
+    Failed(ExitStatus),
 }
 
 async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat>) -> ExitStatus {
@@ -293,9 +300,12 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
     };
     printer.info(&format!("etl sql on `{}`; \\? for help, \\q to quit", session.data_dir()));
     let Some(mut editor) = editor else {
-        // Piped input: lines gathered into inputs by the same rule, no editing, no history.
+        // Piped input: lines gathered into inputs by the same rule, no editing, no history. A
+        // statement that fails does not stop the rest; the shell then exits with the first
+        // failure's status, so a script knows.
         use std::io::BufRead as _;
         let mut input = String::new();
+        let mut failed = None;
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
             input.push_str(&line);
@@ -304,12 +314,15 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
                 let text = std::mem::take(&mut input);
                 match run_input(session, printer, format, &text, false).await {
                     Next::Read => {}
+                    Next::Failed(status) => {
+                        failed.get_or_insert(status);
+                    }
                     Next::Quit => break,
                     Next::Fail => return ExitStatus::Error,
                 }
             }
         }
-        return ExitStatus::Success;
+        return failed.unwrap_or(ExitStatus::Success);
     };
     loop {
         // The editor blocks this thread; the runtime's workers are elsewhere, and nothing runs
@@ -335,7 +348,7 @@ async fn shell(session: &Session, printer: &Printer, format: Option<OutputFormat
             }
         }
         match run_input(session, printer, format, &text, true).await {
-            Next::Read => {}
+            Next::Read | Next::Failed(_) => {}
             Next::Quit => break,
             Next::Fail => return ExitStatus::Error,
         }
@@ -358,7 +371,7 @@ async fn run_input(session: &Session, printer: &Printer, format: OutputFormat, t
                 Ok(s) => printer.data(&s),
                 Err(e) => {
                     printer.error(&e.to_string(), e.hint().as_deref());
-                    return Next::Read;
+                    return Next::Failed(status_of(&e));
                 }
             },
             _ => printer.data(&format!("{SHELL_HELP}\n")),
@@ -377,7 +390,7 @@ async fn run_input(session: &Session, printer: &Printer, format: OutputFormat, t
         Ok(results) => results,
         Err(e) => {
             printer.error_chain(&e, e.hint().as_deref());
-            return Next::Read;
+            return Next::Failed(status_of(&e));
         }
     };
     for r in &results {

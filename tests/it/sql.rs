@@ -427,6 +427,35 @@ fn shell_lists_tables_and_columns() {
     insta::assert_snapshot!("shell_d", stdout);
 }
 
+/// Piped statements go on after one fails, and the shell then exits with the failure's status:
+/// a script that pipes statements in learns that one failed.
+#[test]
+fn a_piped_shell_goes_on_after_a_failure_and_exits_with_it() {
+    let run = |input: &[u8]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+            .args(["sql", "--format", "csv", "--data"])
+            .arg(sample_out())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input).unwrap();
+        let r = child.wait_with_output().unwrap();
+        (
+            r.status.code(),
+            String::from_utf8_lossy(&r.stdout).into_owned(),
+            String::from_utf8_lossy(&r.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(b"SELEC 1;\n\\d orders\nSELECT 1 AS x;\n");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stdout, "x\n1\n", "{stderr}");
+    assert!(stderr.contains("cannot parse the SQL") && stderr.contains("no table `orders`"), "{stderr}");
+    let (code, stdout, stderr) = run(b"SELECT 1 AS x;\n\\q\n");
+    assert_eq!((code, stdout.as_str()), (Some(0), "x\n1\n"), "{stderr}");
+}
+
 #[test]
 fn named_parameters() {
     let r = sql(&[
