@@ -353,9 +353,11 @@ impl Session {
     /// tables or settings.
     async fn plan(&self, stmt: DfStatement) -> Result<LogicalPlan, SqlError> {
         let state = self.ctx.state();
-        // The tables the statement reads (not its CTEs), to say which one is missing when it
-        // cannot be planned.
-        let references = state.resolve_table_references(&stmt).unwrap_or_default();
+        // The tables a query reads (not its CTEs), to say which one is missing when it cannot be
+        // planned. Only a query's: in `CREATE TABLE t AS …` or `INSERT INTO t …` the statement's
+        // own target is a reference too, and a missing target is not why such a statement fails.
+        let query = matches!(&stmt, DfStatement::Statement(s) if matches!(**s, datafusion::sql::sqlparser::ast::Statement::Query(_)));
+        let references = if query { state.resolve_table_references(&stmt).unwrap_or_default() } else { Vec::new() };
         let plan = match state.statement_to_plan(stmt).await {
             Ok(plan) => plan,
             Err(e) => {

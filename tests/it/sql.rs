@@ -608,6 +608,10 @@ fn an_unknown_table_is_named_with_the_tables_there_are() {
     let r = sql(&["SELECT nme FROM \"order\""]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("nme") && !r.stderr.contains("no table"), "{}", r.stderr);
+    // A statement's own target is not a missing table: this one fails for its column.
+    let r = sql(&["CREATE TABLE t AS SELECT nme FROM \"order\"", "--allow-write"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("nme") && !r.stderr.contains("no table"), "{}", r.stderr);
 }
 
 #[test]
