@@ -11,7 +11,7 @@ pub(crate) fn distance(a: &str, b: &str) -> usize {
     strsim::osa_distance(a, b)
 }
 
-pub(super) fn backticked(names: &[&str]) -> String {
+pub(crate) fn backticked(names: &[&str]) -> String {
     let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     quoted.join(", ")
 }

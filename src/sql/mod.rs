@@ -136,8 +136,8 @@ fn unknown_table_hint(name: &str, known: &[String]) -> String {
         hint.push_str("the output has no tables");
         return hint;
     }
-    let listed: Vec<String> = names.iter().take(LISTED).map(|n| format!("`{n}`")).collect();
-    hint.push_str(&format!("the tables are {}", listed.join(", ")));
+    let listed = crate::mapping::suggest::backticked(&names[..names.len().min(LISTED)]);
+    hint.push_str(&format!("the tables are {listed}"));
     if names.len() > LISTED {
         hint.push_str(&format!(" and {} more (`\\d` lists them all)", names.len() - LISTED));
     }
