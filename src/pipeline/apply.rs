@@ -35,6 +35,7 @@ use super::UnwindError;
 use super::chain::Onto;
 use super::pool;
 use crate::aws::AwsOptions;
+use crate::sink::manifest::FileLayout;
 use crate::sink::{RunManifest, Sink, SinkError};
 use crate::source::chain::{Chain, ChainError, export_id};
 use crate::source::object::ObjectRef;
@@ -104,15 +105,60 @@ pub fn previous_state(target: &Target, sink: &dyn Sink) -> Result<Option<RunStat
     Ok(previous_manifest(target, sink)?.and_then(|m| m.state))
 }
 
-/// Refuses with [`UnwindError::UpToDate`] (exit 0, nothing done) when the output at `target`
-/// already holds every export of the chain state `next`; an older chain is refused as
-/// [`state::compare`] says.
-pub fn refuse_up_to_date(target: &Target, sink: &dyn Sink, next: &RunState) -> Result<(), UnwindError> {
-    let out = target.to_string();
-    if let Some(prev) = previous_state(target, sink)?
-        && state::compare(&prev, next, &out)? == Compared::AlreadyApplied
+/// Refuses with [`UnwindError::UpToDate`] (exit 0, nothing done) when the output of `settings`
+/// already holds every export of the chain state `next`, written with the options that decide
+/// its files (`layout`, [`super::same_output`]); an older chain is refused as [`state::compare`]
+/// says. With other options, the run writes the output again.
+pub fn refuse_up_to_date(
+    settings: &super::UnwindSettings,
+    layout: &FileLayout,
+    sink: &dyn Sink,
+    next: &RunState,
+) -> Result<(), UnwindError> {
+    let out = settings.target.to_string();
+    let Some(previous) = previous_manifest(&settings.target, sink)? else { return Ok(()) };
+    if let Some(prev) = &previous.state
+        && state::compare(prev, next, &out)? == Compared::AlreadyApplied
+        && super::may_skip(&previous, settings, layout)
     {
-        return Err(UnwindError::up_to_date(out, next.applied.iter().map(|a| a.export_id.as_str())));
+        return Err(UnwindError::up_to_date(sink, out, next.applied.iter().map(|a| a.export_id.as_str())));
+    }
+    Ok(())
+}
+
+/// Refuses with [`UnwindError::UpToDate`] (exit 0, nothing done) a run of a full export alone
+/// (`plan`) onto an output that committed that same export alone (its id and summary checksum,
+/// and data files of the same names, sizes and promised MD5s, wherever it is read from: a data
+/// file replaced or cut since, or a manifest edited, is read again and checked) with the options that decide its files
+/// ([`super::may_skip`]): a re-run writes nothing.
+pub fn refuse_same_export(
+    plan: &Plan,
+    settings: &super::UnwindSettings,
+    layout: &FileLayout,
+    sink: &dyn Sink,
+) -> Result<(), UnwindError> {
+    let [export] = plan.exports.as_slice() else { return Ok(()) };
+    if export.window.is_some() || !plan.only_exports() {
+        return Ok(());
+    }
+    let Some(previous) = previous_manifest(&settings.target, sink)? else { return Ok(()) };
+    let same = |e: &crate::source::ExportInfo| export_id(e) == export_id(export) && e.summary_md5 == export.summary_md5;
+    // Each data file by name, size and the MD5 its manifest promises (as the report shows it),
+    // wherever the export is now (moved, or downloaded from S3).
+    let name = |display: &str| display.rsplit(['/', '\\']).next().unwrap_or(display).to_owned();
+    let files = plan.files.iter().map(|f| {
+        let md5 = f.expected.as_ref().map(|e| crate::source::integrity::preview(&e.md5_base64));
+        (name(&f.display), f.size, md5)
+    });
+    let holds = matches!(previous.exports.as_slice(), [e] if same(e))
+        && previous.state.as_ref().is_none_or(|s| s.applied.len() == 1)
+        && files.eq(previous.inputs.iter().map(|i| (name(&i.file), i.bytes, i.md5_expected.clone())));
+    if holds && super::may_skip(&previous, settings, layout) {
+        return Err(UnwindError::up_to_date(
+            sink,
+            settings.target.to_string(),
+            std::iter::once(export_id(export).as_str()),
+        ));
     }
     Ok(())
 }
@@ -138,6 +184,7 @@ pub fn prepare(
     target: &Target,
     spool: &Path,
     settings: &super::UnwindSettings,
+    layout: &FileLayout,
     sink: &dyn Sink,
 ) -> ApplyPlan {
     if !plan.only_exports() || plan.exports.iter().any(|e| e.window.is_none()) {
@@ -175,8 +222,12 @@ pub fn prepare(
         None => state::of_exports(&base.exports, &[], None),
     });
     let named: Vec<AppliedExport> = plan.exports.iter().map(AppliedExport::of).collect();
-    if state::compare_named(&prev, &named, &out_text)? == Compared::AlreadyApplied {
-        return Err(UnwindError::up_to_date(out_text, named.iter().map(|a| a.export_id.as_str())));
+    // Exports the output holds, named again: nothing to do when they were applied with the
+    // options of this run, else the output is written again with this run's.
+    if state::compare_named(&prev, &named, &out_text)? == Compared::AlreadyApplied
+        && committed.as_ref().is_some_and(|m| super::may_skip(m, settings, layout))
+    {
+        return Err(UnwindError::up_to_date(sink, out_text, named.iter().map(|a| a.export_id.as_str())));
     }
     let held: Vec<(String, String)> = base.exports.iter().map(|e| (export_id(e), e.summary_md5.clone())).collect();
     let named = plan.retain_exports(|e| !held.iter().any(|(id, md5)| *id == export_id(e) && *md5 == e.summary_md5));

@@ -50,9 +50,13 @@ pub struct InPlace {
 
 /// An apply in place onto the output `sink` writes, when this run can be one: incremental
 /// exports applied, without a mapping, onto a Delta output with deletion vectors or, with
-/// `--in-place`, onto a Parquet output (a folder or an object-store prefix). `None` for any other
-/// run, which replays as before.
-pub fn candidate(settings: &super::UnwindSettings, sink: &dyn Sink) -> Result<Option<InPlace>, UnwindError> {
+/// `--in-place`, onto a Parquet output (a folder or an object-store prefix), whose rows the
+/// options of this run make. `None` for any other run, which replays as before.
+pub fn candidate(
+    settings: &super::UnwindSettings,
+    layout: &crate::sink::manifest::FileLayout,
+    sink: &dyn Sink,
+) -> Result<Option<InPlace>, UnwindError> {
     if settings.mapping.is_some() || settings.shard.is_some() {
         return Ok(None);
     }
@@ -69,6 +73,9 @@ pub fn candidate(settings: &super::UnwindSettings, sink: &dyn Sink) -> Result<Op
         Format::Parquet => !delta,
         Format::Delta => delta && previous.deletion_vectors,
     };
+    // Only onto an output whose rows this run's options make (the same type attribute, line
+    // limit, mapping): with others, the output is written again whole.
+    let applies = applies && super::same_rows(&previous, settings, layout);
     if !applies {
         return Ok(None);
     }

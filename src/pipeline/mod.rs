@@ -41,7 +41,7 @@ use crate::normalize::{MappedTables, NormalizeError};
 use crate::schema::TableSchema;
 use crate::schema::diff::{Drift, OnDrift};
 use crate::sink::manifest::{ReportOptions, RunManifest, Timings};
-use crate::sink::{self, Committed, Format, RowGroups, SinkError, SinkSettings};
+use crate::sink::{self, Committed, Format, RowGroups, Sink, SinkError, SinkSettings};
 use crate::source::integrity::{self, Mismatch};
 use crate::source::live::ScanSettings;
 use crate::source::{self, SourceError};
@@ -206,8 +206,18 @@ impl UnwindError {
 }
 
 impl UnwindError {
-    /// [`UnwindError::UpToDate`]: `out` already holds the exports `ids`.
-    pub(crate) fn up_to_date<'a>(out: String, ids: impl ExactSizeIterator<Item = &'a str>) -> UnwindError {
+    /// [`UnwindError::UpToDate`]: `out`, which `sink` writes, already holds the exports `ids`.
+    /// What killed runs left in it is removed first ([`Sink::tidy`]), as the run would have.
+    pub(crate) fn up_to_date<'a>(
+        sink: &dyn Sink,
+        out: String,
+        ids: impl ExactSizeIterator<Item = &'a str>,
+    ) -> UnwindError {
+        match sink.tidy() {
+            Ok(0) => {}
+            Ok(n) => info!(objects = n, "removed what killed runs left"),
+            Err(e) => tracing::warn!(error = %e, "cannot remove what killed runs left; the next run will"),
+        }
         let plural = if ids.len() == 1 { "" } else { "s" };
         let ids: Vec<String> = ids.map(|id| format!("`{id}`")).collect();
         UnwindError::UpToDate { out, exports: format!("export{plural} {}", ids.join(", ")) }
@@ -249,6 +259,72 @@ pub fn unwind(settings: &UnwindSettings, progress: &Progress) -> Result<UnwindSu
     }
 }
 
+/// What decides the files of `settings`' output besides its input, type attribute and line limit.
+pub(crate) fn file_layout(settings: &UnwindSettings) -> crate::sink::manifest::FileLayout {
+    crate::sink::manifest::FileLayout {
+        mapping: settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files)),
+        row_group_rows: settings.row_groups.rows,
+        row_group_bytes: settings.row_groups.bytes,
+        target_file_bytes: settings.target_file_bytes,
+    }
+}
+
+/// The options `_etl/run.json` records for a run with `settings` whose files are laid out as
+/// `layout` says.
+fn report_options(settings: &UnwindSettings, layout: crate::sink::manifest::FileLayout) -> ReportOptions {
+    ReportOptions {
+        type_attribute: settings.type_attribute.clone(),
+        threads: settings.threads,
+        strict: settings.strict,
+        max_rejects: settings.max_rejects,
+        max_line_bytes: settings.max_line_bytes,
+        allow_mismatch: settings.allow_mismatch,
+        layout: Some(layout),
+    }
+}
+
+/// A run with `settings` makes the same rows from the same input as the run that committed
+/// `previous` ([`ReportOptions::same_rows`]): an apply is made in place only then, whatever
+/// the file layout (the files it writes take this run's); with other options the output is
+/// written again.
+pub(crate) fn same_rows(
+    previous: &RunManifest,
+    settings: &UnwindSettings,
+    layout: &crate::sink::manifest::FileLayout,
+) -> bool {
+    previous.options.same_rows(&report_options(settings, layout.clone()))
+}
+
+/// A run with `settings` writes the same files from the same input as the run that committed
+/// `previous`: the options that decide them agree ([`ReportOptions::same_output`]), and the run
+/// does not ask for deletion vectors a Delta output does not have yet.
+fn same_output(previous: &RunManifest, settings: &UnwindSettings, layout: &crate::sink::manifest::FileLayout) -> bool {
+    previous.options.same_output(&report_options(settings, layout.clone()))
+        && (previous.deletion_vectors || !settings.deletion_vectors)
+}
+
+/// A run with `settings` of the input `previous` was made from may be a no-op: it would write
+/// the same files ([`same_output`]), and `previous` passes this run's policies (every manifest
+/// check verified, or accepted by `--allow-mismatch`; rejects within `--max-rejects`, none
+/// under `--strict`), so that the no-op exits 0 only where the run would.
+pub(crate) fn may_skip(
+    previous: &RunManifest,
+    settings: &UnwindSettings,
+    layout: &crate::sink::manifest::FileLayout,
+) -> bool {
+    use crate::sink::manifest::Verdict;
+    let r = &previous.reconciliation;
+    let verified = match r.integrity.verdict {
+        Verdict::Reconciled | Verdict::Unverified => true,
+        Verdict::Accepted => settings.allow_mismatch,
+        Verdict::NotReconciled => false,
+    };
+    verified
+        && settings.max_rejects.is_none_or(|max| r.rejects <= max)
+        && (!settings.strict || r.rejects == 0)
+        && same_output(previous, settings, layout)
+}
+
 /// How one attempt of a run ended.
 enum Attempt {
     Done(Box<UnwindSummary>),
@@ -275,17 +351,18 @@ fn unwind_once(
         },
     )?;
     let scratch = sink.scratch().to_owned();
+    let layout = file_layout(settings);
     let plan = source::resolve(&settings.sources, &settings.aws, &settings.scan, &scratch.join(SCAN_SPOOL))?;
     // Incremental exports alone, onto an existing output: the chain of what it holds and them.
     let (mut plan, mut onto) =
-        apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings, sink.as_ref())?;
+        apply::prepare(plan, &settings.target, &scratch.join(SCAN_SPOOL), settings, &layout, sink.as_ref())?;
     let in_place = match (&onto, &replaying) {
-        (Some(_), None) => in_place::candidate(settings, sink.as_ref())?,
+        (Some(_), None) => in_place::candidate(settings, &layout, sink.as_ref())?,
         _ => None,
     };
     if settings.in_place && onto.is_some() && replaying.is_none() && in_place.is_none() {
         return Ok(Attempt::Replay(
-            "`--in-place` applies onto a Parquet output, without `--mapping` or `--shard`".into(),
+            "`--in-place` applies onto a Parquet output, without `--mapping` or `--shard`, with the `--type-attribute` and `--max-line-bytes` it was made with".into(),
         ));
     }
     if let Some(o) = onto.as_mut() {
@@ -294,16 +371,18 @@ fn unwind_once(
     let chain = apply::order(&plan, onto.as_ref(), settings.allow_gap).map_err(SourceError::from)?;
     let mut state = match &chain {
         Some(c) => {
-            let hash = settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files));
-            let mut next = crate::state::of_chain(&plan.exports, c, &[], hash);
+            let mut next = crate::state::of_chain(&plan.exports, c, &[], layout.mapping.clone());
             // Onto an output, the exports it applied stand behind the one compacted export it keeps.
             if let Some(o) = &onto {
                 next = crate::state::with_held(next, &o.held);
             }
-            apply::refuse_up_to_date(&settings.target, sink.as_ref(), &next)?;
+            apply::refuse_up_to_date(settings, &layout, sink.as_ref(), &next)?;
             Some(next)
         }
-        None => None,
+        None => {
+            apply::refuse_same_export(&plan, settings, &layout, sink.as_ref())?;
+            None
+        }
     };
     // Kept before anything is read (a local export's data files into a local output: by pass
     // one, each copied just before it is read), so that what is read is what is kept.
@@ -393,6 +472,7 @@ fn unwind_once(
         state,
         keeping,
         mapping,
+        layout,
         started,
         started_at,
         timings,
@@ -474,6 +554,8 @@ pub(crate) struct Assembly<'a> {
     pub state: Option<crate::state::RunState>,
     pub keeping: apply::Keeping,
     pub mapping: Option<crate::sink::manifest::MappingReport>,
+    /// The run's [`file_layout`] (a sharded run's, as its shards recorded it).
+    pub layout: crate::sink::manifest::FileLayout,
     pub started: Instant,
     pub started_at: String,
     /// Every phase but `total`, which is taken here.
@@ -484,8 +566,20 @@ pub(crate) struct Assembly<'a> {
 /// drift from the output this run replaces (refused under `--on-drift fail`). Returns it with
 /// the tables' schema contracts.
 pub(crate) fn assemble(a: Assembly<'_>) -> Result<(RunManifest, Vec<TableSchema>), UnwindError> {
-    let Assembly { plan, settings, read, written, chain, state, keeping, mapping, started, started_at, mut timings } =
-        a;
+    let Assembly {
+        plan,
+        settings,
+        read,
+        written,
+        chain,
+        state,
+        keeping,
+        mapping,
+        layout,
+        started,
+        started_at,
+        mut timings,
+    } = a;
     let inputs = report::inputs(plan, read);
     let integrity = report::integrity(plan, read, settings.allow_mismatch);
     let mut warnings: Vec<String> = integrity.mismatches.iter().map(ToString::to_string).collect();
@@ -516,14 +610,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> Result<(RunManifest, Vec<TableSchema>
         etl_version: env!("CARGO_PKG_VERSION").to_owned(),
         started_at,
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        options: ReportOptions {
-            type_attribute: settings.type_attribute.clone(),
-            threads: settings.threads,
-            strict: settings.strict,
-            max_rejects: settings.max_rejects,
-            max_line_bytes: settings.max_line_bytes,
-            allow_mismatch: settings.allow_mismatch,
-        },
+        options: report_options(settings, layout),
         inputs,
         exports: plan.exports.clone(),
         reconciliation,
@@ -658,8 +745,15 @@ mod tests {
             }
         }
 
-        // A second run replaces the first; its files stay one more run, then go.
+        // The same run again is a no-op: nothing written, nothing deleted.
+        let before = keys(bucket);
+        assert!(matches!(unwind(&s, &Progress::default()), Err(UnwindError::UpToDate { .. })));
+        assert_eq!(keys(bucket), before);
+        // A second run (with other options, not a no-op) replaces the first; its files stay one
+        // more run, then go.
+        s.row_groups.rows = 5000;
         let second = unwind(&s, &Progress::default()).unwrap();
+        s.row_groups.rows = 6000;
         let third = unwind(&s, &Progress::default()).unwrap();
         let all = keys(bucket);
         let run_of = |id: &str| all.iter().filter(|k| k.contains(id)).count();

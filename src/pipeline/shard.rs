@@ -38,6 +38,7 @@ use crate::aws::AwsOptions;
 use crate::mapping::infer::EntityShape;
 use crate::normalize::{MappedTables, RejectReason};
 use crate::schema::diff::OnDrift;
+use crate::sink::manifest::FileLayout;
 use crate::sink::manifest::{EntityReport, FileReport, MappingReport, TableReport, Timings};
 use crate::sink::parquet::{part_path, writer_properties};
 use crate::sink::shard::{ShardArea, ShardPlace};
@@ -139,11 +140,9 @@ pub struct RunKey {
     pub files: Vec<(String, u64, Option<u64>, Option<String>)>,
     pub exports: Vec<String>,
     pub type_attribute: String,
-    pub mapping: Option<String>,
     pub max_line_bytes: usize,
-    pub row_group_rows: usize,
-    pub row_group_bytes: usize,
-    pub target_file_bytes: u64,
+    #[serde(flatten)]
+    pub layout: FileLayout,
     pub delta: bool,
     /// `--deletion-vectors` (absent when not given, so earlier keys stay the same).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -172,11 +171,8 @@ impl RunKey {
                 .map(|e| e.export_arn.clone().unwrap_or_else(|| e.export_dir.clone()))
                 .collect(),
             type_attribute: settings.type_attribute.clone(),
-            mapping: settings.mapping.as_deref().and_then(|m| crate::state::mapping_hash(&m.files)),
             max_line_bytes: settings.max_line_bytes,
-            row_group_rows: settings.row_groups.rows,
-            row_group_bytes: settings.row_groups.bytes,
-            target_file_bytes: settings.target_file_bytes,
+            layout: super::file_layout(settings),
             delta: settings.format == Format::Delta,
             deletion_vectors: settings.deletion_vectors,
             strict: settings.strict,
@@ -197,8 +193,8 @@ impl RunKey {
         s.allow_mismatch = self.allow_mismatch;
         s.max_rejects = self.max_rejects;
         s.max_line_bytes = self.max_line_bytes;
-        s.row_groups = sink::RowGroups { rows: self.row_group_rows, bytes: self.row_group_bytes };
-        s.target_file_bytes = self.target_file_bytes;
+        s.row_groups = sink::RowGroups { rows: self.layout.row_group_rows, bytes: self.layout.row_group_bytes };
+        s.target_file_bytes = self.layout.target_file_bytes;
         s.on_drift = if self.on_drift_fail { OnDrift::Fail } else { OnDrift::Allow };
         s.format = if self.delta { Format::Delta } else { Format::Parquet };
         s.deletion_vectors = self.deletion_vectors;
@@ -635,7 +631,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     settings.threads = first.threads;
     settings.aws = aws.clone();
     // A chain's changes are routed with the shards' mapping.
-    if let (true, Some(hash)) = (key.chain, &key.mapping) {
+    if let (true, Some(hash)) = (key.chain, &key.layout.mapping) {
         settings.mapping = Some(Arc::new(recorded_mapping(&first.mapping_files, hash).map_err(&inconsistent)?));
     }
 
@@ -657,11 +653,11 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     if chain.is_some() != key.chain {
         return Err(inconsistent("the sources no longer form the chain the shards read".into()));
     }
-    let chain_state = chain.as_ref().map(|c| crate::state::of_chain(&plan.exports, c, &[], key.mapping.clone()));
+    let chain_state = chain.as_ref().map(|c| crate::state::of_chain(&plan.exports, c, &[], key.layout.mapping.clone()));
     if let Some(next) = &chain_state {
         // A chain the output already holds: the commit is a no-op, as one run's re-run is, and
         // the shards (of a run whose result is already published) go.
-        match apply::refuse_up_to_date(target, sink.as_ref(), next) {
+        match apply::refuse_up_to_date(&settings, &key.layout, sink.as_ref(), next) {
             Err(e @ UnwindError::UpToDate { .. }) => {
                 drop(sink);
                 if let Err(e) = area.remove_all() {
@@ -767,6 +763,7 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         state,
         keeping: keeping.clone(),
         mapping,
+        layout: key.layout.clone(),
         started,
         started_at,
         timings: Timings {

@@ -180,6 +180,36 @@ pub struct ReportOptions {
     /// `--allow-mismatch`: an output that does not reconcile with the manifests exits 0.
     #[serde(default)]
     pub allow_mismatch: bool,
+    /// The rest of what decides the output's files; absent in the outputs of an earlier etl.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<FileLayout>,
+}
+
+impl ReportOptions {
+    /// A run with the options `run` makes the same rows from the same input as the run whose
+    /// options these are: the same type attribute, line limit and mapping. Never for an output
+    /// of an earlier etl, which did not record its mapping here.
+    pub fn same_rows(&self, run: &ReportOptions) -> bool {
+        self.type_attribute == run.type_attribute
+            && self.max_line_bytes == run.max_line_bytes
+            && matches!((&self.layout, &run.layout), (Some(a), Some(b)) if a.mapping == b.mapping)
+    }
+
+    /// ... and writes them to the same files: [`ReportOptions::same_rows`], laid out the same.
+    pub fn same_output(&self, run: &ReportOptions) -> bool {
+        self.same_rows(run) && self.layout == run.layout
+    }
+}
+
+/// What decides an output's files besides its input, its type attribute and its line limit
+/// ([`ReportOptions::same_output`]); the options a sharded run's shards must agree on include it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileLayout {
+    /// Base64 MD5 of the `--mapping` files, in order (`crate::state::mapping_hash`).
+    pub mapping: Option<String>,
+    pub row_group_rows: usize,
+    pub row_group_bytes: usize,
+    pub target_file_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -222,6 +222,14 @@ pub trait Sink: PartSink + Send + Sync {
         None
     }
 
+    /// For a run that found nothing to do (the output already holds its input): removes what
+    /// runs killed before it left behind, as a run that commits does, and returns how many
+    /// objects went. Nothing to do for sinks that remove leftovers when they are opened (a local
+    /// output's staging folders) or leave them to maintenance (a Delta table's files).
+    fn tidy(&self) -> Result<usize, SinkError> {
+        Ok(0)
+    }
+
     /// The object-store prefix a Parquet output is published to, to read its committed files
     /// from (an apply in place); `None` for other sinks.
     fn object_home(&self) -> Option<delta::Home> {

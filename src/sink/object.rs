@@ -29,7 +29,9 @@
 //!    reference any more are deleted: runs other than the head and the run it replaced (kept
 //!    one more run so that queries already reading them can finish), except runs that declared
 //!    the head as their base, which may still commit. Only objects named the way etl names them
-//!    are ever deleted (never anything under `_etl/base/`).
+//!    are ever deleted (never anything under `_etl/base/`). A run that finds nothing to do (the
+//!    output already holds its input) does the same clean-up with the head as the run
+//!    ([`Sink::tidy`]).
 //!
 //! This requires a store that honours conditional PUTs: S3 (since 2024), MinIO, R2, moto, and
 //! `object_store`'s in-memory store do; a store that ignores `If-Match` cannot tell two
@@ -171,6 +173,14 @@ impl Sink for ObjectSink {
 
     fn object_home(&self) -> Option<super::delta::Home> {
         Some(super::delta::Home::Object { store: self.store.clone(), url: self.url.clone() })
+    }
+
+    fn tidy(&self) -> Result<usize, SinkError> {
+        // The clean-up of a commit (step 6), with the head as the run that committed.
+        let Some(current) = self.head.as_ref().and_then(|h| h.run_id.as_deref()) else { return Ok(0) };
+        let prefix = self.url.dir_prefix();
+        let run_key = format!("{prefix}{RUN_MANIFEST}");
+        io_runtime().block_on(cleanup(&self.store, &self.url, &prefix, &run_key, current))
     }
 
     fn commit(

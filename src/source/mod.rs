@@ -419,12 +419,21 @@ pub(crate) fn several_full_exports(
     Ok(())
 }
 
+/// Folders a listing of data files never enters: etl's own run files (`_etl/`: run reports,
+/// contracts, kept exports, a run's staged parts) and Delta logs (`_delta_log/`), whose JSON files
+/// are not DynamoDB data. An output written inside a folder of data files is thus not read back
+/// as input by the next run over that folder (its tables' Parquet files are not data files).
+pub(crate) const NOT_DATA_FOLDERS: [&str; 2] = ["_etl", "_delta_log"];
+
 fn collect_data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), SourceError> {
     for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
         let entry = entry.map_err(io_err(dir))?;
         let p = entry.path();
         let ft = entry.file_type().map_err(io_err(&p))?;
         if ft.is_dir() {
+            if NOT_DATA_FOLDERS.iter().any(|n| entry.file_name() == *n) {
+                continue;
+            }
             collect_data_files(&p, out)?;
         } else if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
             let is_data = (name.ends_with(".gz") || name.ends_with(".json") || name.ends_with(".ion"))
@@ -532,5 +541,24 @@ mod tests {
         assert_eq!(sniff_bytes(b"ITEMS\t1").ok(), Some(Layout::ScanOutput));
         assert!(matches!(sniff_bytes(b"{\"Metadata\":{}}"), Err(Sniff::Incremental)));
         assert!(matches!(sniff_bytes(b"{\"foo\":1}"), Err(Sniff::Unknown(_))));
+    }
+
+    #[test]
+    fn a_folder_of_data_files_skips_etl_outputs_inside_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let line = br#"{"Item":{"PK":{"S":"a"}}}"#;
+        for rel in ["a.json", "more/_etl_x/b.json", "out/_etl/run.json", "out/t/_delta_log/0.json"] {
+            let p = tmp.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, line).unwrap();
+        }
+        let mut plan = Plan::default();
+        resolve_path(tmp.path(), &mut plan).unwrap();
+        let files: Vec<String> = plan
+            .files
+            .iter()
+            .map(|f| f.display.strip_prefix(&*tmp.path().to_string_lossy()).unwrap().replace('\\', "/"))
+            .collect();
+        assert_eq!(files, ["/a.json", "/more/_etl_x/b.json"]);
     }
 }

@@ -213,6 +213,10 @@ pub fn resolve_object(url: &ObjectUrl, aws: &AwsOptions, plan: &mut Plan) -> Res
     let mut found = Vec::new();
     for m in &objects {
         let k = m.location.to_string();
+        let below = k.strip_prefix(&dir).unwrap_or(&k);
+        if below.split('/').rev().skip(1).any(|folder| super::NOT_DATA_FOLDERS.contains(&folder)) {
+            continue;
+        }
         let name = tree.file_name(&k);
         if (name.ends_with(".gz") || name.ends_with(".json") || name.ends_with(".ion"))
             && !name.starts_with("manifest-")
@@ -398,6 +402,19 @@ mod tests {
     fn get(bucket: &str, key: &str) -> Vec<u8> {
         let store = crate::store::memory::store(bucket);
         io_runtime().block_on(async { store.get(&ObjPath::from(key)).await.unwrap().bytes().await.unwrap().to_vec() })
+    }
+
+    #[test]
+    fn a_listing_of_data_files_skips_etl_outputs_inside_it() {
+        let bucket = "source-object-listing";
+        let line = br#"{"Item":{"PK":{"S":"a"}}}"#.to_vec();
+        for key in ["d/a.json", "d/more/_etl_x/b.json", "d/out/_etl/run.json", "d/out/t/_delta_log/0.json"] {
+            put(bucket, key, line.clone());
+        }
+        put(bucket, "d/out/_etl/base/AWSDynamoDB/1/data/c.json.gz", vec![0x1f, 0x8b]);
+        let plan = resolve(bucket, "d/").unwrap();
+        let keys: Vec<&str> = plan.files.iter().map(|f| f.display.rsplit_once("/d/").unwrap().1).collect();
+        assert_eq!(keys, ["a.json", "more/_etl_x/b.json"]);
     }
 
     #[test]

@@ -599,6 +599,56 @@ fn in_place_onto_a_mapped_output_replays_and_says_why() {
     assert_eq!(table_bytes(&out), table_bytes(&replayed));
 }
 
+/// An apply decides by the options that decide the output's files too: an export the output
+/// holds, named again with another of them, writes the output again (not a no-op). `--in-place`
+/// with another file layout applies in place; with another line limit (rows the output's were
+/// not made by) it replays and says why. Each gives the tables of the same chain unwound in one
+/// run with those options.
+#[test]
+fn applies_with_other_options_write_the_output_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "30", "--files", "2", "--seed", "8"];
+    let r =
+        etl(args.iter().copied().chain(["--incrementals", "3", "--change-percent", "10", "--format", "dynamodb-json"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = sample_chain(&dir);
+    let out = tmp.path().join("out");
+    unwind(&[&full], &out, &[], 0);
+    unwind(&[&incs[0]], &out, &[], 0);
+    let one_run = |exports: &[&Path], name: &str, extra: &[&str]| {
+        let o = tmp.path().join(name);
+        unwind(exports, &o, extra, 0);
+        table_rows(&o)
+    };
+
+    let other = ["--row-group-rows", "1000"];
+    let run = unwind(&[&incs[0]], &out, &other, 0);
+    assert!(!run.stderr.contains("nothing rewritten"), "{}", run.stderr);
+    assert_eq!(run_report(&out)["options"]["layout"]["row_group_rows"], 1000);
+    assert_eq!(table_rows(&out), one_run(&[&full, &incs[0]], "one-a", &other));
+    let run = unwind(&[&incs[0]], &out, &other, 0);
+    assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
+
+    unwind(&[&incs[1]], &out, &["--in-place", "--row-group-rows", "2000"], 0);
+    let report = run_report(&out);
+    assert_eq!(report["chain"]["applied_in_place"], true, "{}", report["chain"]);
+    assert_eq!(report["options"]["layout"]["row_group_rows"], 2000);
+    assert_eq!(table_rows(&out), one_run(&[&full, &incs[0], &incs[1]], "one-b", &[]));
+
+    let limit = ["--max-line-bytes", "100000"];
+    let run = unwind(&[&incs[2]], &out, &["--in-place", limit[0], limit[1]], 0);
+    let report = run_report(&out);
+    assert!(report["chain"].get("applied_in_place").is_none(), "{}", report["chain"]);
+    assert!(
+        run.stderr.contains("with the `--type-attribute` and `--max-line-bytes` it was made with"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(report["options"]["max_line_bytes"], 100_000);
+    assert_eq!(table_rows(&out), one_run(&[&full, &incs[0], &incs[1], &incs[2]], "one-c", &limit));
+}
+
 /// The real fixture applied with `--in-place`, one export at a time: both applies are made in
 /// place (the `NEW_IMAGE` deletes, which carry only keys, found in the output's table by its key
 /// columns), and the table holds the eight items of the NOTICE, value by value.

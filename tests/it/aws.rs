@@ -517,8 +517,13 @@ fn s3_out_and_sql() {
     assert!(checked["revenue_by_month"].as_u64() > Some(0), "{checked}");
     assert_eq!(checked["top_customers_by_lifetime_value"], 10, "{checked}");
 
-    // A second run writes under names of its own (the run id is in the path), and still reads.
-    etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url], 0);
+    // The same run again is a no-op: no object written or deleted.
+    let r = etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url], 0);
+    assert!(r.stderr.contains("nothing to apply, nothing rewritten"), "{}", r.stderr);
+    assert_eq!(s3_keys(m, &bucket, "out/"), keys);
+    // A second run (with another row-group size, so not a no-op) writes under names of its own
+    // (the run id is in the path), and still reads.
+    etl_aws(m, &["unwind", s(&sample_export()), "--out", &out_url, "--row-group-rows", "50000"], 0);
     let second: BTreeSet<String> =
         listed_keys(&s3_report(m, &bucket, "out/"), &bucket, "out/").into_values().flatten().collect();
     assert!(
@@ -874,9 +879,11 @@ fn s3_retention_keeps_the_replaced_run_and_running_uploads() {
         (r["run_id"].as_str().unwrap().to_owned(), r["replaces_run_id"].as_str().map(str::to_owned))
     };
 
+    // Each run with a row-group size of its own: the same options again would be a no-op.
+    let rows = |i: usize| (50_000 + i).to_string();
     let mut ids = Vec::new();
     for i in 0..3 {
-        etl_aws(m, &["unwind", "-q", s(&src), "--out", &url], 0);
+        etl_aws(m, &["unwind", "-q", s(&src), "--out", &url, "--row-group-rows", &rows(i)], 0);
         let (id, replaces) = head();
         assert_eq!(replaces.as_ref(), ids.last(), "run {i} names the run it replaced");
         ids.push(id);
@@ -899,10 +906,10 @@ fn s3_retention_keeps_the_replaced_run_and_running_uploads() {
     // still commit; X then commits and its clean-up deletes R3.
     let tmp = tempfile::tempdir().unwrap();
     let (go_y, go_x) = (tmp.path().join("go-y"), tmp.path().join("go-x"));
-    let y = paused_unwind(m, s(&src), &url, "s3-committed", &go_y);
+    let y = paused_unwind_with(m, &[s(&src), "--out", &url, "--row-group-rows", &rows(3)], "s3-committed", &go_y);
     let (y_id, replaced) = head();
     assert_eq!(replaced.as_ref(), Some(r3));
-    let x = paused_unwind(m, s(&src), &url, "s3-uploaded", &go_x);
+    let x = paused_unwind_with(m, &[s(&src), "--out", &url, "--row-group-rows", &rows(4)], "s3-uploaded", &go_x);
     let uploading = objects_by_run(m, &bucket, "o/");
     let x_id = uploading.keys().find(|id| !before.contains_key(*id) && **id != y_id).expect("X's objects").clone();
     let x_objects = uploading[&x_id].clone();

@@ -355,10 +355,29 @@ fn state_makes_a_rerun_a_no_op_and_refuses_older_exports() {
     incremental(&root, "01788252000000-dddddddd", TABLE, w3, "NEW_IMAGE", &[change(3, &c, None, Some(&c))]);
     unwind(&[&root], &out, &[], 0);
     assert_eq!(run_report(&out)["state"]["applied"].as_array().unwrap().len(), 4);
-    assert_eq!(
-        canonical_rows(&out.join("_untyped")),
-        [r#"{"PK":"B","SK":"1","v":"1"}"#, r#"{"PK":"C","SK":"1","v":"3"}"#]
-    );
+    let rows = [r#"{"PK":"B","SK":"1","v":"1"}"#, r#"{"PK":"C","SK":"1","v":"3"}"#];
+    assert_eq!(canonical_rows(&out.join("_untyped")), rows);
+
+    // The same exports with another option that decides the output: not a no-op, the output is
+    // written again with it; the same exports and options again: a no-op.
+    let before = std::fs::read(out.join("_etl/run.json")).unwrap();
+    let run = unwind(&[&root], &out, &["--row-group-rows", "1000"], 0);
+    assert!(!run.stderr.contains("nothing to apply"), "{}", run.stderr);
+    let report = run_report(&out);
+    assert_eq!(report["options"]["layout"]["row_group_rows"], 1000);
+    assert_eq!(report["state"]["applied"].as_array().unwrap().len(), 4);
+    assert_ne!(std::fs::read(out.join("_etl/run.json")).unwrap(), before);
+    assert_eq!(canonical_rows(&out.join("_untyped")), rows);
+    let before = std::fs::read(out.join("_etl/run.json")).unwrap();
+    let run = unwind(&[&root], &out, &["--row-group-rows", "1000"], 0);
+    assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{}", run.stderr);
+    assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), before);
+    for other in [["--type-attribute", "v"], ["--target-file-bytes", "1000000"], ["--max-line-bytes", "4096"]] {
+        let run = unwind(&[&root], &out, &["--row-group-rows", "1000", other[0], other[1]], 0);
+        assert!(!run.stderr.contains("nothing to apply"), "{other:?}: {}", run.stderr);
+        assert_ne!(std::fs::read(out.join("_etl/run.json")).unwrap(), before, "{other:?}");
+        unwind(&[&root], &out, &["--row-group-rows", "1000"], 0);
+    }
 }
 
 #[test]

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value as Json;
 
 use crate::aws::{
-    CHILD_LIMIT, Endpoint, Moto, etl_aws, etl_cmd, moto, paused_unwind, py, run_limited, s, s3_get, unique,
+    CHILD_LIMIT, Endpoint, Moto, etl_aws, etl_cmd, moto, paused_unwind_with, py, run_limited, s, s3_get, unique,
 };
 use crate::common::*;
 
@@ -749,7 +749,11 @@ fn s3_kill_9_at_random_points_and_steps() {
         assert!(attempts <= 30, "only {landed} of {attempts} kills landed while a run was running");
         let step = steps.get(landed.saturating_sub(10)).filter(|_| landed >= 10);
         let env: Vec<(&str, &str)> = step.map(|p| vec![("ETL_TEST_KILL_AT", *p)]).unwrap_or_default();
-        let mut cmd = etl_cmd(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url], Endpoint::Env, &env);
+        // A row-group size of its own for each run: a run of what the output holds with the
+        // same options would be a no-op, with nothing to kill.
+        let rows = (50_000 + attempts).to_string();
+        let args = ["unwind", "-q", s(&c.medium), "--out", &c.out_url, "--row-group-rows", &rows];
+        let mut cmd = etl_cmd(m, &args, Endpoint::Env, &env);
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         let delay = full.mul_f64(rng.unit() * 1.05);
         if step.is_none() {
@@ -781,7 +785,7 @@ fn s3_kill_9_at_random_points_and_steps() {
     assert!(!seen.is_empty());
 
     // The next complete run succeeds, publishes the new data and removes the killed runs' files.
-    etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url], 0);
+    etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url, "--row-group-rows", "49999"], 0);
     assert_eq!(counts(m, &c.out_url), c.want);
     s3_whole(m, &c.bucket, "o/");
     assert_eq!(stale_objects(m, &c.bucket, "o/"), Vec::<String>::new());
@@ -797,7 +801,13 @@ fn s3_two_runs_on_one_output() {
 
     // Ordered: A pauses after its uploads; B runs start to end; A then tries to commit.
     let go = tmp.path().join("go");
-    let a = paused_unwind(m, s(&sample_export()), &c.out_url, "s3-uploaded", &go);
+    // (A runs what the output holds, with another row-group size: not a no-op.)
+    let a = paused_unwind_with(
+        m,
+        &[s(&sample_export()), "--out", &c.out_url, "--row-group-rows", "50000"],
+        "s3-uploaded",
+        &go,
+    );
     etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url], 0);
     let winner = s3_whole(m, &c.bucket, "o/");
     std::fs::write(&go, "").unwrap();
@@ -810,15 +820,17 @@ fn s3_two_runs_on_one_output() {
 
     // Started together, three times: never both fail, never a broken output.
     for round in 0..3 {
-        let spawn = |src: &Path| {
-            etl_cmd(m, &["unwind", "-q", s(src), "--out", &c.out_url], Endpoint::Env, &[])
+        // Each run with a row-group size of its own, so that neither is a no-op.
+        let spawn = |src: &Path, rows: usize| {
+            let rows = rows.to_string();
+            etl_cmd(m, &["unwind", "-q", s(src), "--out", &c.out_url, "--row-group-rows", &rows], Endpoint::Env, &[])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
         };
-        let (x, y) = (spawn(&c.medium), spawn(&c.medium));
+        let (x, y) = (spawn(&c.medium, 50_001 + 2 * round), spawn(&c.medium, 50_002 + 2 * round));
         let ((sx, ex), (sy, ey)) = (finish(x, CHILD_LIMIT), finish(y, CHILD_LIMIT));
         let codes = [sx.code(), sy.code()];
         assert!(
@@ -970,8 +982,9 @@ fn s3_endpoint_faults() {
     assert_eq!(s3_whole(m, b, "o/"), previous, "nothing was published");
     assert_eq!(counts(m, &c.out_url), c.want);
 
-    // The next clean run removes what the failed one left.
-    etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url], 0);
+    // The next clean run removes what the failed one left (a run with other options: the same
+    // ones would be a no-op, which leaves the runs that declared the head as their base).
+    etl_aws(m, &["unwind", "-q", s(&c.medium), "--out", &c.out_url, "--row-group-rows", "50000"], 0);
     assert_eq!(stale_objects(m, b, "o/"), Vec::<String>::new());
 }
 

@@ -130,9 +130,14 @@ fn output_is_byte_identical_whatever_the_thread_count() {
     assert!(runs[0].iter().any(|(n, _)| n.ends_with("part-00001.parquet")), "expected rolled part files");
     assert_eq!(runs[0], runs[1]);
     assert_eq!(runs[0], runs[2]);
-    // A re-run over the previous output is idempotent.
+    let three = [&small[..], &["--threads", "3"]].concat();
+    let out = tmp.path().join("t3");
+    unwind(&[&sample_export()], &out, &three, 0);
+    assert_eq!(parquet_files(&out), runs[0]);
+    // A re-run over a previous output, whatever `--threads`, is a no-op that leaves it as it was.
     let out = tmp.path().join("t1");
-    unwind(&[&sample_export()], &out, &[&small[..], &["--threads", "3"]].concat(), 0);
+    let run = unwind(&[&sample_export()], &out, &three, 0);
+    assert!(run.stderr.contains("nothing rewritten"), "{}", run.stderr);
     assert_eq!(parquet_files(&out), runs[0]);
 }
 
@@ -205,4 +210,107 @@ fn committed_sample_matches_the_generator() {
     assert_eq!(a.len(), b.len());
     assert!(a == b, "sample-exports/shop differs from `etl sample --users 200 --files 4 --seed 42`; regenerate it");
     assert!(std::fs::read(&scan).unwrap() == std::fs::read(root().join("sample-exports/shop-scan.json")).unwrap());
+}
+
+#[test]
+fn an_output_inside_a_folder_of_data_files_is_not_read_back() {
+    // A folder of scan output, with the outputs written inside it: the next run over the folder
+    // lists the same data files, not the outputs' run reports or Delta logs.
+    let tmp = tempfile::tempdir().unwrap();
+    let scans = tmp.path().join("scans");
+    std::fs::create_dir(&scans).unwrap();
+    std::fs::copy(root().join("sample-exports/shop-scan.json"), scans.join("shop-scan.json")).unwrap();
+    let (parquet, delta) = (scans.join("out"), scans.join("delta"));
+    unwind(&[&scans], &parquet, &["-q"], 0);
+    unwind(&[&scans], &delta, &["-q", "--format", "delta"], 0);
+    let beside = tmp.path().join("beside");
+    unwind(&[&scans], &beside, &["-q"], 0);
+    let report = run_report(&beside);
+    let inputs: Vec<&str> = report["inputs"].as_array().unwrap().iter().map(|i| i["file"].as_str().unwrap()).collect();
+    assert_eq!(inputs, [scans.join("shop-scan.json").to_str().unwrap()]);
+    for t in table_dirs(&beside) {
+        assert_eq!(canonical_rows(&parquet.join(&t)), canonical_rows(&beside.join(&t)), "table {t}");
+    }
+    // The run over the folder again, into the output inside it.
+    unwind(&[&scans], &parquet, &["-q"], 0);
+    assert_eq!(table_dirs(&parquet), table_dirs(&beside));
+}
+
+/// Every file below `dir`: relative path -> (inode, modification time in ns).
+fn stamps(dir: &Path) -> std::collections::BTreeMap<String, (u64, i128)> {
+    use std::os::unix::fs::MetadataExt as _;
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let m = std::fs::metadata(&p).unwrap();
+            let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            (rel, (m.ino(), i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec())))
+        })
+        .collect()
+}
+
+#[test]
+fn a_re_run_of_the_same_export_with_the_same_options_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let no_op = "already holds export `01780310754114-ef51d439`; nothing to apply, nothing rewritten";
+    unwind(&[&sample_export()], &out, &[], 0);
+    let before = stamps(&out);
+    let run = unwind(&[&sample_export()], &out, &[], 0);
+    assert!(run.stderr.contains(no_op), "{}", run.stderr);
+    assert_eq!(stamps(&out), before);
+
+    // With a mapping the output was not made with: written again, as the mapping says; then a
+    // no-op again.
+    let mapping = root().join("mappings/ecommerce.toml");
+    let m = ["--mapping", mapping.to_str().unwrap()];
+    let run = unwind(&[&sample_export()], &out, &m, 0);
+    assert!(!run.stderr.contains(no_op), "{}", run.stderr);
+    assert!(out.join("users").is_dir() && !out.join("user").exists());
+    assert_eq!(run_report(&out)["options"]["layout"]["mapping"].as_str().map(str::len), Some(24));
+    let before = stamps(&out);
+    let run = unwind(&[&sample_export()], &out, &m, 0);
+    assert!(run.stderr.contains(no_op), "{}", run.stderr);
+    assert_eq!(stamps(&out), before);
+    // Another export into the same output is written as always.
+    let other = tmp.path().join("other");
+    let r = etl(["sample", "--out", other.to_str().unwrap(), "--users", "20", "--files", "1", "--seed", "9"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let run = unwind(&[&other], &out, &m, 0);
+    assert!(!run.stderr.contains("nothing rewritten"), "{}", run.stderr);
+    assert_eq!(run_report(&out)["reconciliation"]["items_read"], run_report(&out)["exports"][0]["summary_item_count"]);
+
+    // A Delta output: a re-run commits no version; asking for deletion vectors is not a no-op.
+    let delta = tmp.path().join("delta");
+    unwind(&[&sample_export()], &delta, &["--format", "delta"], 0);
+    let run = unwind(&[&sample_export()], &delta, &["--format", "delta"], 0);
+    assert!(run.stderr.contains(no_op), "{}", run.stderr);
+    assert!(!delta.join("order/_delta_log/00000000000000000001.json").exists());
+    let run = unwind(&[&sample_export()], &delta, &["--format", "delta", "--deletion-vectors"], 0);
+    assert!(!run.stderr.contains(no_op), "{}", run.stderr);
+    assert!(delta.join("order/_delta_log/00000000000000000001.json").exists());
+    // Deletion vectors stay on for the runs after: a re-run without the flag is a no-op.
+    let run = unwind(&[&sample_export()], &delta, &["--format", "delta"], 0);
+    assert!(run.stderr.contains(no_op), "{}", run.stderr);
+}
+
+#[test]
+fn a_re_run_is_a_no_op_only_where_the_run_would_pass_its_policies() {
+    // An export with a line that is not an item: one reject.
+    let tmp = tempfile::tempdir().unwrap();
+    let lines = "{\"Item\":{\"PK\":{\"S\":\"a\"},\"Type\":{\"S\":\"t\"}}}\n{\"Item\":{\"PK\":{\"N\":\"x\"}}}\n";
+    let export = write_export(&tmp.path().join("e"), &[gzip(lines.as_bytes())], &[2]);
+    let out = tmp.path().join("out");
+    unwind(&[&export], &out, &[], 0);
+    assert_eq!(run_report(&out)["reconciliation"]["rejects"], 1);
+    // Over `--max-rejects` or under `--strict`, the run is made again and fails as it would.
+    let run = unwind(&[&export], &out, &["--max-rejects", "0"], 1);
+    assert!(run.stderr.contains("more than `--max-rejects 0`"), "{}", run.stderr);
+    let run = unwind(&[&export], &out, &["--strict"], 1);
+    assert!(!run.stderr.contains("nothing rewritten"), "{}", run.stderr);
+    // Within them, a no-op.
+    for extra in [&[][..], &["--max-rejects", "1"]] {
+        let run = unwind(&[&export], &out, extra, 0);
+        assert!(run.stderr.contains("nothing to apply, nothing rewritten"), "{extra:?}: {}", run.stderr);
+    }
 }
