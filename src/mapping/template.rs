@@ -60,7 +60,11 @@
 //! allocating) and the key is accepted only if that gives the same text. Matching allocates
 //! only the returned values; keys that need backtracking also get a bitset of (placeholder,
 //! position) pairs known to fail, which bounds the work to placeholders × positions ×
-//! occurrences of a separator.
+//! occurrences of a separator, each end checked in constant time: a value longer than its type
+//! allows, or holding a letter of the other case, ends the ends tried from its start, and a
+//! string or folded placeholder that failed every end from one position fails from every later
+//! one. Keys longer
+//! than a DynamoDB key can be (2,048 bytes) are not matched.
 //!
 //! # Errors
 //!
@@ -318,6 +322,20 @@ impl PlaceholderType {
         self.check(text).ok().map(|s| s.into_value(self, text))
     }
 
+    /// The most bytes a value of this type can have (`usize::MAX`: no limit).
+    fn longest(&self) -> usize {
+        match self {
+            PlaceholderType::Int { width: None } => 20, // `-9223372036854775808`
+            PlaceholderType::Int { width: Some(n) } => *n,
+            PlaceholderType::EpochS | PlaceholderType::EpochMs => 19,
+            PlaceholderType::Iso8601 => 30, // nine fraction digits, refused as not canonical
+            PlaceholderType::Iso8601Ms => 24,
+            PlaceholderType::Date => 10,
+            PlaceholderType::Uuid => 36,
+            PlaceholderType::String | PlaceholderType::Decimal | PlaceholderType::Folded(_) => usize::MAX,
+        }
+    }
+
     /// Validates a key part: the cheap, allocation-free half of capturing.
     fn check(&self, text: &str) -> Result<Scalar, Reason> {
         if text.is_empty() {
@@ -543,11 +561,23 @@ impl KeyTemplate {
     /// moving the inline values out of a call costs more than matching a short key.
     pub fn captures_into<'k>(&self, key: &'k str, values: &mut Captures<'k>) -> Result<(), MatchError> {
         values.clear();
+        if key.len() > MAX_KEY_BYTES {
+            return Err(MatchError {
+                placeholder: None,
+                expected: self.source.clone(),
+                message: format!(
+                    "key `{}` is {} bytes, longer than a DynamoDB key can be ({MAX_KEY_BYTES} bytes), so it is not matched with `{}`",
+                    shorten(key),
+                    key.len(),
+                    self.source
+                ),
+            });
+        }
         // Pushed one by one: `resize` is a call per key that took 5% of `apply_mapped`.
         for _ in 0..self.placeholders.len() {
             values.push(None);
         }
-        let mut search = Search { tpl: self, key, out: values, failed: None, worst: None };
+        let mut search = Search { tpl: self, key, out: values, failed: None, failed_from: Vec::new(), worst: None };
         if !search.segment(0, 0) {
             let worst = search.worst;
             return Err(self.mismatch(key, worst));
@@ -693,6 +723,10 @@ struct ValueFailure {
     reason: Reason,
 }
 
+/// The longest key a template is matched with: DynamoDB's limit for a partition key (a sort
+/// key's is 1,024 bytes), table or index. It bounds the work of the backtracking search.
+pub const MAX_KEY_BYTES: usize = 2048;
+
 /// One backtracking match of a key into the caller's values. Allocates, on keys that need
 /// backtracking only, a bitset of (placeholder, position) pairs known to fail, which bounds the
 /// work to placeholders × positions × occurrences.
@@ -701,6 +735,9 @@ struct Search<'t, 'k, 'o> {
     key: &'k str,
     out: &'o mut Captures<'k>,
     failed: Option<Vec<u64>>,
+    /// Per string or folded placeholder, the first position every end was tried from, and
+    /// failed (empty until one fails).
+    failed_from: Vec<usize>,
     worst: Option<ValueFailure>,
 }
 
@@ -726,6 +763,10 @@ impl Search<'_, '_, '_> {
         }
     }
 
+    /// Placeholder `p` at `pos`, then the rest of the template. The values tried end where the
+    /// next literal occurs, ever further: a value that can no longer fit (longer than its type
+    /// allows, or holding a letter of the other case) ends the search from `pos`, so that each
+    /// `(p, pos)` costs time linear in the key, not quadratic.
     fn placeholder(&mut self, seg: usize, p: usize, pos: usize) -> bool {
         if self.known_failure(p, pos) {
             return false;
@@ -733,30 +774,81 @@ impl Search<'_, '_, '_> {
         let tpl = self.tpl;
         let key = self.key;
         let next = seg + 1;
+        let Some(ty) = tpl.placeholders.get(p).map(|ph| &ph.ty) else { return false };
+        // Text that fits a string or folded placeholder still fits from a later start: when
+        // every end was tried from some `pos` and failed, every end fails from a later one (its
+        // ends are among them, followed by the same rest of the template).
+        let substrings_fit = matches!(ty, PlaceholderType::String | PlaceholderType::Folded(_));
+        if substrings_fit && self.failed_from.get(p).is_some_and(|&from| from <= pos) {
+            return false;
+        }
+        let longest = ty.longest();
+        // Folded text: how far from `pos` the key is in the placeholder's case.
+        let mut held = pos;
+        let mut ended = false;
         if let Some(Segment::Literal(lit)) = tpl.segments.get(next) {
             let step = lit.chars().next().map_or(1, char::len_utf8);
             let mut from = pos;
             while let Some(rel) = key.get(from..).and_then(|rest| rest.find(lit.as_str())) {
                 let end = from + rel;
-                if end > pos && self.try_value(p, pos, end, next) {
-                    return true;
+                if end > pos {
+                    // The first value that cannot fit is still tried (for the error's detail).
+                    let cannot = end - pos > longest || !self.holds_to(ty, &mut held, end);
+                    let folded = !cannot && matches!(ty, PlaceholderType::Folded(_));
+                    if self.try_value(p, pos, end, next, folded) {
+                        return true;
+                    }
+                    if cannot {
+                        ended = true;
+                        break;
+                    }
                 }
                 from = end + step;
             }
         }
         // Followed by nothing, or by the optional part (which may be absent): take the rest.
-        if (next == tpl.segments.len() || next == tpl.required) && self.try_value(p, pos, key.len(), next) {
-            return true;
+        if !ended && (next == tpl.segments.len() || next == tpl.required) {
+            let holds = self.holds_to(ty, &mut held, key.len());
+            let folded = holds && matches!(ty, PlaceholderType::Folded(_));
+            if self.try_value(p, pos, key.len(), next, folded) {
+                return true;
+            }
+            // The rest not in the case: from a later start it may be.
+            ended = !holds;
+        }
+        if substrings_fit && !ended {
+            self.failed_from.resize(tpl.placeholders.len(), usize::MAX);
+            if let Some(from) = self.failed_from.get_mut(p) {
+                *from = (*from).min(pos);
+            }
         }
         self.remember_failure(p, pos);
         false
     }
 
-    /// Tries `key[start..end]` as placeholder `p`, then the rest of the template from `end`.
-    fn try_value(&mut self, p: usize, start: usize, end: usize, next: usize) -> bool {
+    /// For a folded placeholder: whether `key[..end]` from `*held` on is in its case, scanning
+    /// only what no earlier call scanned (`*held` moves up to `end`). True for other types.
+    fn holds_to(&self, ty: &PlaceholderType, held: &mut usize, end: usize) -> bool {
+        let PlaceholderType::Folded(case) = ty else { return true };
+        if end <= *held {
+            return true;
+        }
+        match self.key.get(*held..end) {
+            Some(part) if case.holds(part) => {
+                *held = end;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Tries `key[start..end]` as placeholder `p`, then the rest of the template from `end`;
+    /// `folded`: the text is known to be in the folded placeholder's case (not checked again).
+    fn try_value(&mut self, p: usize, start: usize, end: usize, next: usize, folded: bool) -> bool {
         let Some(ph) = self.tpl.placeholders.get(p) else { return false };
         let Some(text) = self.key.get(start..end) else { return false };
-        match ph.ty.check(text) {
+        let checked = if folded && !text.is_empty() { Ok(Scalar::Text) } else { ph.ty.check(text) };
+        match checked {
             Ok(scalar) => {
                 if !self.segment(next, end) {
                     return false;
@@ -2009,6 +2101,39 @@ mod tests {
         assert_eq!(t.captures(&key).map(|v| v.len()), Ok(5));
     }
 
+    /// Keys whose search was quadratic or worse per placeholder (each value checked again in
+    /// full for every end tried): each now matches, or fails, in well under a second on the
+    /// longest key there is. The fuzzer's slow input is `tests/fuzz/crashes/template/`.
+    #[test]
+    fn long_keys_are_matched_in_linear_time_per_placeholder() {
+        let timed = |source: &str, key: &str| {
+            let t = tpl(source);
+            let start = std::time::Instant::now();
+            let got = t.captures(key).map(|v| v.len());
+            assert!(start.elapsed() < std::time::Duration::from_millis(500), "`{source}`: {:?}", start.elapsed());
+            got
+        };
+        let n = MAX_KEY_BYTES - 2;
+        // Folded text, every end in the right case: the case was checked again for each end.
+        assert!(timed("{a:upper}A{b:upper}A{c:upper}A{d:upper}AX", &"A".repeat(n)).is_err());
+        assert_eq!(timed("{a:upper}A{b:upper}A{c:upper}A{d:upper}AX", &format!("{}X", "A".repeat(n))), Ok(4));
+        assert!(timed("{a:lower}a{b:lower}a{c:lower}", &format!("{}B", "a".repeat(n))).is_err());
+        // Strings: a failure from one position is a failure from every later one.
+        let many: String = (0..10).map(|i| format!("{{s{i}}}#")).collect();
+        assert!(timed(&format!("{many}X"), &"x#".repeat(n / 2)).is_err());
+        assert_eq!(timed(&format!("{many}X"), &format!("{}X", "x#".repeat(n / 2 - 1))), Ok(10));
+        // Digits: a value longer than its type allows ends the search from its start.
+        assert!(timed("{a:int}1{b:int}1{c:epoch_s}1{d}", &"1".repeat(n)).is_ok_and(|v| v == 4));
+        assert!(timed("{a:int}1{b:int}1{c:epoch_s}1{d}#", &"1".repeat(n)).is_err());
+        // The first value too long is still reported.
+        let e = tpl("{a:int}#{b}").captures(&format!("{}#x", "1".repeat(30))).unwrap_err();
+        assert!(e.message.contains("does not fit a 64-bit integer"), "{}", e.message);
+        // A key longer than any DynamoDB key is not matched, and says why.
+        let e = tpl("{a}").captures(&"x".repeat(MAX_KEY_BYTES + 1)).unwrap_err();
+        assert!(e.message.contains("2049 bytes, longer than a DynamoDB key can be (2048 bytes)"), "{}", e.message);
+        assert!(tpl("{a}").captures(&"x".repeat(MAX_KEY_BYTES)).is_ok());
+    }
+
     #[test]
     fn calendar_matches_chrono() {
         let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
@@ -2254,6 +2379,22 @@ mod tests {
             true
         }
 
+        /// Whether some split of `key` fits `t`: every split tried, each value checked in full
+        /// (the reference the pruned search must agree with).
+        fn fits_some_split(t: &KeyTemplate, key: &str, seg: usize, pos: usize) -> bool {
+            if seg == t.segments.len() || (seg == t.required && pos == key.len()) {
+                return pos == key.len();
+            }
+            match &t.segments[seg] {
+                Segment::Literal(lit) => {
+                    key[pos..].starts_with(lit.as_str()) && fits_some_split(t, key, seg + 1, pos + lit.len())
+                }
+                Segment::Placeholder(p) => (pos + 1..=key.len()).filter(|&end| key.is_char_boundary(end)).any(|end| {
+                    t.placeholders[*p].ty.check(&key[pos..end]).is_ok() && fits_some_split(t, key, seg + 1, end)
+                }),
+            }
+        }
+
         /// Rendered keys always match, the captured values render back to the same key, and
         /// when no value hides a copy of its following literal, the values come back exactly.
         fn check_round_trip(shape: Shape, values: Vec<KeyValue>, present: bool) -> Result<(), TestCaseError> {
@@ -2283,6 +2424,25 @@ mod tests {
             #[test]
             fn render_then_capture_ambiguous((shape, values, present) in case(&['#', '1'], &['#', 'a', '1'], text_or_int)) {
                 check_round_trip(shape, values, present)?;
+            }
+
+            /// The search matches exactly the keys some split fits, on keys made of the
+            /// literals' and values' characters (mutated renderings among them).
+            #[test]
+            fn matches_exactly_where_some_split_fits((shape, values, present) in case(&['#', 'a', 'A'], &['#', 'a', 'A', '1', '-'], any_type), at in any::<prop::sample::Index>(), c in prop::sample::select(&['#', 'a', 'A', '1', '-', 'b'][..]), edit in 0..3u8) {
+                let t = KeyTemplate::parse(&shape.source()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let required = shape.types.len();
+                let values: Vec<Option<KeyValue>> =
+                    values.into_iter().enumerate().map(|(i, v)| (i < required || present).then_some(v)).collect();
+                let Ok(key) = t.render(&values) else { return Ok(()) };
+                let mut chars: Vec<char> = key.chars().collect();
+                match edit {
+                    0 if !chars.is_empty() => { chars.remove(at.index(chars.len())); }
+                    1 => chars.insert(at.index(chars.len() + 1), c),
+                    _ => {}
+                }
+                let key: String = chars.into_iter().collect();
+                prop_assert_eq!(t.captures(&key).is_ok(), fits_some_split(&t, &key, 0, 0), "`{}` on `{}`", t.source(), key);
             }
 
             /// Any key: no panic, and an accepted key round-trips.
