@@ -63,8 +63,7 @@
 //! occurrences of a separator, each end checked in constant time: a value longer than its type
 //! allows, or holding a letter of the other case, ends the ends tried from its start, and a
 //! string or folded placeholder that failed every end from one position fails from every later
-//! one. Keys longer
-//! than a DynamoDB key can be (2,048 bytes) are not matched.
+//! one. Keys longer than a DynamoDB key can be (2,048 bytes) are not matched.
 //!
 //! # Errors
 //!

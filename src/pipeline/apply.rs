@@ -96,19 +96,22 @@ impl ApplyError {
     }
 }
 
-/// The state of the output at `target` before this run: the `state` of its committed
-/// `_etl/run.json` (for an object-store output, as the sink read it when it was opened: the head
-/// its commit is conditional on). Never `_etl/state.json`, the copy for people and scripts: a
-/// Delta output publishes that copy, and `_etl/base/`, just before `_etl/run.json`, so after a
-/// crash between the two they are ahead of what the output committed.
-pub fn previous_state(target: &Target, sink: &dyn Sink) -> Result<Option<RunState>, UnwindError> {
-    Ok(previous_manifest(target, sink)?.and_then(|m| m.state))
+/// [`UnwindError::UpToDate`]: the output `out`, which `sink` writes, already holds the exports
+/// `ids`. What killed runs left in it is removed first ([`Sink::tidy`]), as the run would have.
+fn up_to_date<'a>(sink: &dyn Sink, out: String, ids: impl ExactSizeIterator<Item = &'a str>) -> UnwindError {
+    match sink.tidy() {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(objects = n, "removed what killed runs left"),
+        Err(e) => tracing::warn!(error = %e, "cannot remove what killed runs left; the next run will"),
+    }
+    UnwindError::up_to_date(out, ids)
 }
 
 /// Refuses with [`UnwindError::UpToDate`] (exit 0, nothing done) when the output of `settings`
-/// already holds every export of the chain state `next`, written with the options that decide
-/// its files (`layout`, [`super::same_output`]); an older chain is refused as [`state::compare`]
-/// says. With other options, the run writes the output again.
+/// already holds every export of the chain state `next`, and the run may skip it
+/// ([`super::may_skip`]: the same options for its files, the output within this run's
+/// policies); an older chain is refused as [`state::compare`] says. Otherwise the run writes
+/// the output again.
 pub fn refuse_up_to_date(
     settings: &super::UnwindSettings,
     layout: &FileLayout,
@@ -121,7 +124,7 @@ pub fn refuse_up_to_date(
         && state::compare(prev, next, &out)? == Compared::AlreadyApplied
         && super::may_skip(&previous, settings, layout)
     {
-        return Err(UnwindError::up_to_date(sink, out, next.applied.iter().map(|a| a.export_id.as_str())));
+        return Err(up_to_date(sink, out, next.applied.iter().map(|a| a.export_id.as_str())));
     }
     Ok(())
 }
@@ -129,8 +132,8 @@ pub fn refuse_up_to_date(
 /// Refuses with [`UnwindError::UpToDate`] (exit 0, nothing done) a run of a full export alone
 /// (`plan`) onto an output that committed that same export alone (its id and summary checksum,
 /// and data files of the same names, sizes and promised MD5s, wherever it is read from: a data
-/// file replaced or cut since, or a manifest edited, is read again and checked) with the options that decide its files
-/// ([`super::may_skip`]): a re-run writes nothing.
+/// file replaced or cut since, or a manifest edited, is read again and checked), when the run
+/// may skip it ([`super::may_skip`]): a re-run writes nothing.
 pub fn refuse_same_export(
     plan: &Plan,
     settings: &super::UnwindSettings,
@@ -154,16 +157,16 @@ pub fn refuse_same_export(
         && previous.state.as_ref().is_none_or(|s| s.applied.len() == 1)
         && files.eq(previous.inputs.iter().map(|i| (name(&i.file), i.bytes, i.md5_expected.clone())));
     if holds && super::may_skip(&previous, settings, layout) {
-        return Err(UnwindError::up_to_date(
-            sink,
-            settings.target.to_string(),
-            std::iter::once(export_id(export).as_str()),
-        ));
+        return Err(up_to_date(sink, settings.target.to_string(), std::iter::once(export_id(export).as_str())));
     }
     Ok(())
 }
 
-/// The committed `_etl/run.json` of the output at `target`, if it has one.
+/// The committed `_etl/run.json` of the output at `target`, if it has one (for an object-store
+/// output, as the sink read it when it was opened: the head its commit is conditional on). The
+/// output's state is its `state`, never `_etl/state.json`, the copy for people and scripts: a
+/// Delta output publishes that copy, and `_etl/base/`, just before `_etl/run.json`, so after a
+/// crash between the two they are ahead of what the output committed.
 pub(crate) fn previous_manifest(target: &Target, sink: &dyn Sink) -> Result<Option<RunManifest>, UnwindError> {
     match target {
         Target::Path(out) => {
@@ -211,12 +214,11 @@ pub fn prepare(
     let committed = previous_manifest(target, sink)?;
     let recorded = committed.as_ref().and_then(|m| m.state.clone());
     if let Some(prev) = &recorded {
-        let hash = settings.mapping.as_deref().and_then(|m| state::mapping_hash(&m.files));
-        let next = state::RunState { mapping_hash: hash, ..prev.clone() };
+        let next = state::RunState { mapping_hash: layout.mapping.clone(), ..prev.clone() };
         state::check_mapping(prev, &next, &out_text)?;
     }
     // An output that recorded no state (made from a full export alone) holds the exports its
-    // commit lists; `_etl/base/` may hold more after a crash (see `previous_state`).
+    // commit lists; `_etl/base/` may hold more after a crash (see `previous_manifest`).
     let prev = recorded.unwrap_or_else(|| match &committed {
         Some(m) => state::of_exports(&m.exports, &[], None),
         None => state::of_exports(&base.exports, &[], None),
@@ -227,7 +229,7 @@ pub fn prepare(
     if state::compare_named(&prev, &named, &out_text)? == Compared::AlreadyApplied
         && committed.as_ref().is_some_and(|m| super::may_skip(m, settings, layout))
     {
-        return Err(UnwindError::up_to_date(sink, out_text, named.iter().map(|a| a.export_id.as_str())));
+        return Err(up_to_date(sink, out_text, named.iter().map(|a| a.export_id.as_str())));
     }
     let held: Vec<(String, String)> = base.exports.iter().map(|e| (export_id(e), e.summary_md5.clone())).collect();
     let named = plan.retain_exports(|e| !held.iter().any(|(id, md5)| *id == export_id(e) && *md5 == e.summary_md5));

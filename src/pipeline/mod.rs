@@ -41,7 +41,7 @@ use crate::normalize::{MappedTables, NormalizeError};
 use crate::schema::TableSchema;
 use crate::schema::diff::{Drift, OnDrift};
 use crate::sink::manifest::{ReportOptions, RunManifest, Timings};
-use crate::sink::{self, Committed, Format, RowGroups, Sink, SinkError, SinkSettings};
+use crate::sink::{self, Committed, Format, RowGroups, SinkError, SinkSettings};
 use crate::source::integrity::{self, Mismatch};
 use crate::source::live::ScanSettings;
 use crate::source::{self, SourceError};
@@ -206,18 +206,8 @@ impl UnwindError {
 }
 
 impl UnwindError {
-    /// [`UnwindError::UpToDate`]: `out`, which `sink` writes, already holds the exports `ids`.
-    /// What killed runs left in it is removed first ([`Sink::tidy`]), as the run would have.
-    pub(crate) fn up_to_date<'a>(
-        sink: &dyn Sink,
-        out: String,
-        ids: impl ExactSizeIterator<Item = &'a str>,
-    ) -> UnwindError {
-        match sink.tidy() {
-            Ok(0) => {}
-            Ok(n) => info!(objects = n, "removed what killed runs left"),
-            Err(e) => tracing::warn!(error = %e, "cannot remove what killed runs left; the next run will"),
-        }
+    /// [`UnwindError::UpToDate`]: `out` already holds the exports `ids`.
+    pub(crate) fn up_to_date<'a>(out: String, ids: impl ExactSizeIterator<Item = &'a str>) -> UnwindError {
         let plural = if ids.len() == 1 { "" } else { "s" };
         let ids: Vec<String> = ids.map(|id| format!("`{id}`")).collect();
         UnwindError::UpToDate { out, exports: format!("export{plural} {}", ids.join(", ")) }
