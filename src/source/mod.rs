@@ -425,6 +425,12 @@ pub(crate) fn several_full_exports(
 /// as input by the next run over that folder (its tables' Parquet files are not data files).
 pub(crate) const NOT_DATA_FOLDERS: [&str; 2] = ["_etl", "_delta_log"];
 
+/// Whether a file named `name`, in a listing of data files, is one (`*.gz`, `*.json`, `*.ion`,
+/// not a manifest).
+pub(crate) fn is_data_file_name(name: &str) -> bool {
+    (name.ends_with(".gz") || name.ends_with(".json") || name.ends_with(".ion")) && !name.starts_with("manifest-")
+}
+
 fn collect_data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), SourceError> {
     for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
         let entry = entry.map_err(io_err(dir))?;
@@ -435,12 +441,8 @@ fn collect_data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), SourceEr
                 continue;
             }
             collect_data_files(&p, out)?;
-        } else if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
-            let is_data = (name.ends_with(".gz") || name.ends_with(".json") || name.ends_with(".ion"))
-                && !name.starts_with("manifest-");
-            if is_data {
-                out.push(p);
-            }
+        } else if p.file_name().and_then(|n| n.to_str()).is_some_and(is_data_file_name) {
+            out.push(p);
         }
     }
     Ok(())

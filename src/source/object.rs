@@ -217,10 +217,7 @@ pub fn resolve_object(url: &ObjectUrl, aws: &AwsOptions, plan: &mut Plan) -> Res
         if below.split('/').rev().skip(1).any(|folder| super::NOT_DATA_FOLDERS.contains(&folder)) {
             continue;
         }
-        let name = tree.file_name(&k);
-        if (name.ends_with(".gz") || name.ends_with(".json") || name.ends_with(".ion"))
-            && !name.starts_with("manifest-")
-        {
+        if super::is_data_file_name(&tree.file_name(&k)) {
             found.push((k, m.size));
         }
     }
