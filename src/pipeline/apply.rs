@@ -37,7 +37,7 @@ use super::pool;
 use crate::aws::AwsOptions;
 use crate::sink::manifest::FileLayout;
 use crate::sink::{RunManifest, Sink, SinkError};
-use crate::source::chain::{Chain, ChainError, export_id};
+use crate::source::chain::{Chain, ChainError, export_id, same_export};
 use crate::source::object::ObjectRef;
 use crate::source::{DataFile, Input, Plan, SourceError};
 use crate::state::{self, AppliedExport, Compared, RunState};
@@ -145,7 +145,6 @@ pub fn refuse_same_export(
         return Ok(());
     }
     let Some(previous) = previous_manifest(&settings.target, sink)? else { return Ok(()) };
-    let same = |e: &crate::source::ExportInfo| export_id(e) == export_id(export) && e.summary_md5 == export.summary_md5;
     // Each data file by name, size and the MD5 its manifest promises (as the report shows it),
     // wherever the export is now (moved, or downloaded from S3).
     let name = |display: &str| display.rsplit(['/', '\\']).next().unwrap_or(display).to_owned();
@@ -153,7 +152,7 @@ pub fn refuse_same_export(
         let md5 = f.expected.as_ref().map(|e| crate::source::integrity::preview(&e.md5_base64));
         (name(&f.display), f.size, md5)
     });
-    let holds = matches!(previous.exports.as_slice(), [e] if same(e))
+    let holds = matches!(previous.exports.as_slice(), [e] if same_export(e, export))
         && previous.state.as_ref().is_none_or(|s| s.applied.len() == 1)
         && files.eq(previous.inputs.iter().map(|i| (name(&i.file), i.bytes, i.md5_expected.clone())));
     if holds && super::may_skip(&previous, settings, layout) {
@@ -231,19 +230,16 @@ pub fn prepare(
     {
         return Err(up_to_date(sink, out_text, named.iter().map(|a| a.export_id.as_str())));
     }
-    let held: Vec<(String, String)> = base.exports.iter().map(|e| (export_id(e), e.summary_md5.clone())).collect();
-    let named = plan.retain_exports(|e| !held.iter().any(|(id, md5)| *id == export_id(e) && *md5 == e.summary_md5));
+    let named = plan.retain_exports(|e| !base.exports.iter().any(|k| same_export(k, e)));
     let previous_export = state::last_applied(&prev).map(|a| a.export_id.clone());
     let mut merged = base;
     merged.append(named);
     // New: every export the output's commit does not hold, kept ahead in `_etl/base/` or named.
     // An export etl compacted stands for exports the output applied when its commit lists it.
     let listed = |e: &crate::source::ExportInfo| {
-        committed.as_ref().is_some_and(|m| {
-            m.exports.iter().any(|k| {
-                super::compact::is_compacted(k) && export_id(k) == export_id(e) && k.summary_md5 == e.summary_md5
-            })
-        })
+        committed
+            .as_ref()
+            .is_some_and(|m| m.exports.iter().any(|k| super::compact::is_compacted(k) && same_export(k, e)))
     };
     let applied = |e: &crate::source::ExportInfo| {
         prev.applied.iter().any(|a| a.export_id == export_id(e) && a.manifest_md5 == e.summary_md5) || listed(e)

@@ -121,6 +121,11 @@ pub fn export_id(e: &ExportInfo) -> String {
     from.trim_end_matches('/').rsplit(['/', '\\']).next().unwrap_or(from).to_owned()
 }
 
+/// Whether `a` and `b` are the same export: the same id and the same summary manifest (its MD5).
+pub fn same_export(a: &ExportInfo, b: &ExportInfo) -> bool {
+    a.summary_md5 == b.summary_md5 && export_id(a) == export_id(b)
+}
+
 fn time(e: &ExportInfo, field: &'static str, value: Option<&str>) -> Result<DateTime<Utc>, ChainError> {
     let bad = || ChainError::BadTime {
         export: export_id(e),
