@@ -199,7 +199,8 @@ pub struct UnwindArgs {
     /// differently. Without it, an apply replays the full export and its output is the same
     /// bytes as the whole chain unwound in one run. Falls back to the replay, with the reason in
     /// the warnings, when it cannot (a changed value that neither fits its column nor widens it
-    /// exactly, as a number into a text column, `--mapping`, `--shard`).
+    /// exactly, as a number into a text column; a mapped table whose key columns may not say
+    /// its key back, see `mappings/README.md`; `--shard`).
     #[arg(long, hide_short_help = true)]
     pub in_place: bool,
     /// Process shard I of N (counted from 0) of the export's data files, for a job array: each

@@ -617,7 +617,7 @@ fn key_agrees(kv: &KeyValue<'_>, ty: &DeclaredType, v: &Value<'_>) -> bool {
 }
 
 /// A key placeholder's value as a column value of type `ty` (text still borrowed from the key).
-fn key_value<'a>(kv: &KeyValue<'a>, ty: &DeclaredType) -> Result<Value<'a>, String> {
+pub(super) fn key_value<'a>(kv: &KeyValue<'a>, ty: &DeclaredType) -> Result<Value<'a>, String> {
     match (kv, ty) {
         (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, DeclaredType::Utf8) => Ok(Value::S(s.clone())),
         (KeyValue::Str(s) | KeyValue::Folded { text: s, .. }, other) => coerce(&Value::S(s.clone()), other),

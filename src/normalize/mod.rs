@@ -12,6 +12,7 @@
 
 pub mod apply;
 pub mod builder;
+pub mod identity;
 pub mod naming;
 pub mod reject;
 

@@ -12,7 +12,9 @@
 //!
 //! - where each changed key was (the report's inserts, updates, deletes, moves; which deletes of
 //!   the kept exports to keep when they are compacted): its live row in the output's tables,
-//!   found by their key columns ([`locate`]);
+//!   found by their key columns ([`locate`]): an inferred table's key attributes, a mapped
+//!   table's key template columns ([`crate::normalize::identity`]), and for a mapped child table
+//!   its parent's, whose rows of changed keys go with the parent's;
 //! - each table's contract: the output's, extended with the columns only the changed rows have
 //!   (and, for a Parquet output, widened where the changed rows need it: an `int64` column into
 //!   their `decimal`, a `decimal` into one of a larger scale) ([`complete`],
@@ -32,6 +34,7 @@ use std::sync::Arc;
 use super::UnwindError;
 use super::chain::{Applier, TableLabel};
 use super::write::Written;
+use crate::normalize::identity::IdentityKeys;
 use crate::normalize::naming::{REJECTS_TABLE, UNTYPED_TABLE};
 use crate::schema::TableSchema;
 use crate::sink::delta::Home;
@@ -49,7 +52,7 @@ pub struct InPlace {
 }
 
 /// An apply in place onto the output `sink` writes, when this run can be one: incremental
-/// exports applied, without a mapping, onto a Delta output with deletion vectors or, with
+/// exports applied onto a Delta output with deletion vectors or, with
 /// `--in-place`, onto a Parquet output (a folder or an object-store prefix), whose rows the
 /// options of this run make. `None` for any other run, which replays as before.
 pub fn candidate(
@@ -57,7 +60,7 @@ pub fn candidate(
     layout: &crate::sink::manifest::FileLayout,
     sink: &dyn Sink,
 ) -> Result<Option<InPlace>, UnwindError> {
-    if settings.mapping.is_some() || settings.shard.is_some() {
+    if settings.shard.is_some() {
         return Ok(None);
     }
     let home = match (settings.format, &settings.target) {
@@ -89,30 +92,48 @@ pub fn candidate(
 pub fn locate(
     ip: &InPlace,
     applier: &Applier,
+    identities: &BTreeMap<String, Result<IdentityKeys, String>>,
     txn_version: Option<i64>,
     threads: usize,
 ) -> Result<Result<Located, String>, UnwindError> {
-    // Each table's label and contract first, then the tables read on `threads` workers,
-    // largest first.
+    use crate::sink::delta::merge::ChangedKeys;
+    // Decoded once: the changed keys as rows of the key attributes, for every inferred table,
+    // and as rows of each mapped table's identity columns.
+    let all_keys = ChangedKeys::decode(&applier.new_keys);
+    let mut mapped = BTreeMap::new();
+    for (table, found) in identities {
+        if let Ok(k) = found {
+            mapped.insert(table.as_str(), (k.columns.as_slice(), ChangedKeys::decode(&k.keys)));
+        }
+    }
+    // Each table's label (none for a child table, whose rows are its parent's keys' too),
+    // contract and keys first, then the tables read on `threads` workers, largest first.
     let mut tasks = Vec::new();
     for t in &ip.previous.tables {
         if t.name == REJECTS_TABLE {
             continue;
         }
+        if let Some(Err(reason)) = identities.get(&t.name) {
+            return Ok(Err(format!("table `{}`: {reason}", t.name)));
+        }
+        let (names, keys) = match mapped.get(t.name.as_str()) {
+            Some((names, keys)) => (*names, keys),
+            None => (applier.key_names.as_slice(), &all_keys),
+        };
         let label = match (&t.entity, &t.child_of) {
+            (_, Some(_)) if mapped.contains_key(t.name.as_str()) => None,
             (_, Some(_)) => return Ok(Err(format!("table `{}` is a child table", t.name))),
-            (Some(e), None) => TableLabel::Entity(Arc::from(e.as_str())),
-            (None, None) if t.name == UNTYPED_TABLE => TableLabel::Untyped,
+            (Some(_), None) if mapped.contains_key(t.name.as_str()) => Some(TableLabel::Mapped(t.name.clone())),
+            (Some(e), None) => Some(TableLabel::Entity(Arc::from(e.as_str()))),
+            (None, None) if t.name == UNTYPED_TABLE => Some(TableLabel::Untyped),
             (None, None) => return Ok(Err(format!("table `{}` has no entity", t.name))),
         };
         let Some(contract) = ip.contracts.iter().find(|c| c.table == t.name) else {
             return Ok(Err(format!("table `{}` has no contract in `_etl/schema/`", t.name)));
         };
-        tasks.push((t, label, contract));
+        tasks.push((t, label, contract, names, keys));
     }
-    tasks.sort_by_key(|(t, _, _)| std::cmp::Reverse(t.rows));
-    // Decoded once, for every table.
-    let keys = crate::sink::delta::merge::ChangedKeys::decode(&applier.new_keys);
+    tasks.sort_by_key(|(t, ..)| std::cmp::Reverse(t.rows));
     type Found = (usize, Result<(Vec<u32>, crate::sink::delta::merge::Located), String>);
     let workers = super::pool::run::<_, UnwindError>(
         threads,
@@ -120,9 +141,8 @@ pub fn locate(
         |_| Ok(Vec::<Found>::new()),
         |out, i, stop| {
             stop.check::<UnwindError>()?;
-            let (t, _, contract) = &tasks[i];
+            let (t, _, contract, names, keys) = &tasks[i];
             let at = ip.home.join(&t.name);
-            let (keys, names) = (&keys, &applier.key_names);
             let found = if crate::sink::delta::is_delta_output(&ip.previous) {
                 crate::sink::delta::merge::locate(&at, &t.name, contract, names, keys, txn_version)?
             } else {
@@ -138,10 +158,12 @@ pub fn locate(
     let mut found = Vec::new();
     let mut files = BTreeMap::new();
     for (i, result) in results {
-        let (t, label, _) = &tasks[i];
+        let (t, label, ..) = &tasks[i];
         match result {
             Ok((held, where_)) => {
-                found.extend(held.into_iter().map(|k| (k, label.clone())));
+                if let Some(label) = label {
+                    found.extend(held.into_iter().map(|k| (k, label.clone())));
+                }
                 files.insert(t.name.clone(), where_);
             }
             Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),

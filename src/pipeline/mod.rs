@@ -352,7 +352,7 @@ fn unwind_once(
     };
     if settings.in_place && onto.is_some() && replaying.is_none() && in_place.is_none() {
         return Ok(Attempt::Replay(
-            "`--in-place` applies onto a Parquet output, without `--mapping` or `--shard`, with the `--type-attribute` and `--max-line-bytes` it was made with".into(),
+            "`--in-place` applies onto a Parquet output, without `--shard`, with the `--type-attribute`, `--max-line-bytes` and mapping it was made with".into(),
         ));
     }
     if let Some(o) = onto.as_mut() {
@@ -399,9 +399,14 @@ fn unwind_once(
         st.key_attributes = c.key_names.clone();
     }
     let txn_version = delta_txn_version(state.as_ref(), &plan);
+    // Onto an output with a mapping: the changed keys as each mapped table finds its rows.
+    let identities = match (settings.mapping.as_deref(), &chain, &onto) {
+        (Some(m), Some(c), Some(_)) => crate::normalize::identity::changed_keys(m, &c.key_names, &c.new_keys),
+        _ => Default::default(),
+    };
     // In place: where the changed keys are in the output's tables, instead of the full export.
     let (matched, located, unread) = match (&in_place, &chain) {
-        (Some(ip), Some(c)) => match in_place::locate(ip, c, txn_version, settings.threads)? {
+        (Some(ip), Some(c)) => match in_place::locate(ip, c, &identities, txn_version, settings.threads)? {
             Ok(l) => (Some(l.matched), l.files, plan.exports[c.chain.full].files.clone()),
             Err(reason) => return Ok(Attempt::Replay(reason)),
         },
@@ -483,10 +488,11 @@ fn unwind_once(
     progress.set_phase(Phase::Committing);
     if settings.format == Format::Delta {
         // Onto an existing output, the keys the new exports changed are merged into each table.
-        let merge = onto
-            .as_ref()
-            .and(chain.as_ref())
-            .map(|c| sink::delta::MergeKeys { key_attributes: c.key_names.clone(), keys: c.new_keys.clone() });
+        let merge = onto.as_ref().and(chain.as_ref()).map(|c| sink::delta::MergeKeys {
+            key_attributes: c.key_names.clone(),
+            keys: c.new_keys.clone(),
+            mapped: identities,
+        });
         let deletion_vectors = settings.deletion_vectors;
         let in_place = in_place.is_some();
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge, deletion_vectors, in_place, located });

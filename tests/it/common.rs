@@ -230,6 +230,21 @@ pub fn cell(array: &dyn Array, i: usize) -> Option<Json> {
         DataType::Int32 => {
             Json::String(array.as_primitive::<datafusion::arrow::datatypes::Int32Type>().value(i).to_string())
         }
+        // A mapping's types: an instant as microseconds since the epoch, whatever unit it is kept
+        // in; a date as days since the epoch; a double as Rust writes it.
+        DataType::Timestamp(..) => {
+            let micros = DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None);
+            let c = datafusion::arrow::compute::cast(&array.slice(i, 1), &micros).unwrap();
+            Json::String(
+                c.as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>().value(0).to_string(),
+            )
+        }
+        DataType::Date32 => {
+            Json::String(array.as_primitive::<datafusion::arrow::datatypes::Date32Type>().value(i).to_string())
+        }
+        DataType::Float64 => {
+            Json::String(array.as_primitive::<datafusion::arrow::datatypes::Float64Type>().value(i).to_string())
+        }
         other => panic!("unexpected type {other}"),
     })
 }

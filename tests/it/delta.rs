@@ -594,6 +594,72 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
     }
 }
 
+/// A mapped output merges its tables by the columns their key templates fill (`email`;
+/// `user_email`, `ordered_at`, `order_id`; …), as an inferred one does by `PK` and `SK`: with
+/// deletion vectors, each apply of a generated chain is made in place, every mapped table by one
+/// MERGE; without, the replay's MERGE still merges each mapped table, except a child table that
+/// names its parent by only part of its key (`order_lines` of the sample mapping, without
+/// `ordered_at`), which is replaced whole and says why. Either way every table holds, at its new
+/// version, exactly the rows of the same chain unwound in one run with the mapping.
+#[test]
+fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let whole = crate::apply::whole_parent_key_mapping(tmp.path());
+    let sample = crate::common::root().join("mappings/ecommerce.toml");
+    let mapped = ["users", "orders", "order_lines", "order_items", "products", "reviews"];
+    for (mapping, vectors) in [(&whole, true), (&sample, false)] {
+        let m = ["--mapping", mapping.to_str().unwrap()];
+        let out = tmp.path().join(format!("delta-{vectors}"));
+        let mut first = vec!["--format", "delta", "--target-file-bytes", "1", m[0], m[1]];
+        if vectors {
+            first.push("--deletion-vectors");
+        }
+        unwind(&[&full], &out, &first, 0);
+        let mut merged = std::collections::BTreeSet::new();
+        for k in 0..incs.len() {
+            let before = versions(&out);
+            unwind(&[&incs[k]], &out, &["--format", "delta", m[0], m[1]], 0);
+            let report = run_report(&out);
+            let in_place = report["chain"]["applied_in_place"] == true;
+            assert_eq!(in_place, vectors, "step {k}: {}", report["warnings"]);
+            let reference = tmp.path().join(format!("parquet-{vectors}-{k}"));
+            let chain: Vec<&Path> =
+                std::iter::once(full.as_path()).chain(incs[..=k].iter().map(PathBuf::as_path)).collect();
+            unwind(&chain, &reference, &m, 0);
+            let expected = table_rows(&reference);
+            for t in report["tables"].as_array().unwrap() {
+                let name = t["name"].as_str().unwrap();
+                if !mapped.contains(&name) {
+                    continue;
+                }
+                let merge = &t["delta_merge"];
+                let version = t["delta_version"].as_u64().unwrap();
+                if merge["mode"] == "unchanged" {
+                    assert_eq!(version, before[name], "step {k}: `{name}`: {merge}");
+                } else if !vectors && name == "order_lines" {
+                    assert_eq!(merge["mode"], "replace", "step {k}: `{name}`: {merge}");
+                    let reason = merge["reason"].as_str().unwrap();
+                    assert!(reason.contains("`parent_columns` lack `ordered_at`"), "step {k}: {reason}");
+                } else {
+                    assert_eq!(merge["mode"], "merge", "step {k}: `{name}`: {merge}");
+                    assert_eq!(version, before[name] + 1, "step {k}: `{name}`: one commit");
+                    if merge["rows_removed"].as_u64().unwrap() > 0 {
+                        merged.insert(name.to_owned());
+                    }
+                }
+                let rows = version_rows(&out.join(name), version);
+                assert_eq!(rows, expected[name], "step {k}: rows of `{name}`");
+            }
+        }
+        // Rows of changed keys were found and removed in the parent and the child tables alike.
+        for name in ["users", "orders", "order_items"] {
+            assert!(merged.contains(name), "vectors {vectors}: `{name}` never had a changed key's rows removed");
+        }
+        assert_eq!(merged.contains("order_lines"), vectors, "{merged:?}");
+    }
+}
+
 /// Appends `line` to the first data file of the export at `export` (generated under `root`), as
 /// a gzip member of its own: the file no longer matches its manifest (`--allow-mismatch`).
 fn append_line(root: &Path, export: &Path, line: &str) {

@@ -85,6 +85,22 @@ pub struct MergeKeys {
     pub key_attributes: Vec<String>,
     /// Each changed key once, as a DynamoDB JSON object of its key attributes.
     pub keys: Vec<String>,
+    /// By mapped table: the same keys as rows of the columns that say them back
+    /// ([`crate::normalize::identity`]), or why the table has none. The other tables find them by
+    /// their key attributes' columns.
+    pub mapped: BTreeMap<String, Result<crate::normalize::identity::IdentityKeys, String>>,
+}
+
+impl MergeKeys {
+    /// The columns table `name` finds the changed keys by, and the keys as rows of them;
+    /// `Err(reason)` when it cannot.
+    pub fn of(&self, name: &str) -> Result<(&[String], &[String]), String> {
+        match self.mapped.get(name) {
+            Some(Ok(k)) => Ok((&k.columns, &k.keys)),
+            Some(Err(reason)) => Err(reason.clone()),
+            None => Ok((&self.key_attributes, &self.keys)),
+        }
+    }
 }
 
 /// Why a Delta output cannot be written or read.
@@ -445,23 +461,26 @@ pub(super) fn commit_tables(
             existing.as_ref().filter(|_| run.in_place && table.name == crate::normalize::naming::REJECTS_TABLE);
         let mut replace_reason = None;
         if let (Some(keys), Some(t), None) = (&run.merge, existing.clone(), append_to) {
-            let merged = merge::merge(merge::MergeInput {
-                table: &table.name,
-                home: &at,
-                scratch,
-                table_handle: t,
-                parts: staged.clone(),
-                new_schema: std::sync::Arc::new(schema.clone()),
-                contract: contracts.get(table.name.as_str()).copied(),
-                key_attributes: &keys.key_attributes,
-                keys: &keys.keys,
-                txn_version: run.txn_version,
-                props,
-                tag,
-                deletion_vectors: vectors,
-                located: run.located.get(&table.name),
-                upserts_only: run.in_place,
-            });
+            let merged = match keys.of(&table.name) {
+                Err(reason) => Ok(merge::Merged::Replace(reason)),
+                Ok((key_attributes, keys)) => merge::merge(merge::MergeInput {
+                    table: &table.name,
+                    home: &at,
+                    scratch,
+                    table_handle: t,
+                    parts: staged.clone(),
+                    new_schema: std::sync::Arc::new(schema.clone()),
+                    contract: contracts.get(table.name.as_str()).copied(),
+                    key_attributes,
+                    keys,
+                    txn_version: run.txn_version,
+                    props,
+                    tag,
+                    deletion_vectors: vectors,
+                    located: run.located.get(&table.name),
+                    upserts_only: run.in_place,
+                }),
+            };
             match merged {
                 Ok(merge::Merged::Done { version, report, files: added }) => {
                     tracing::info!(table = %table.name, version, files_rewritten = report.files_rewritten, bytes_rewritten = report.bytes_rewritten, "merged the Delta table");
