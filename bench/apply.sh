@@ -23,7 +23,9 @@
 # with `--deletion-vectors` (the MERGE marks rows of changed keys deleted instead of rewriting
 # files; the files it marked and the vector bytes are listed too). Each run also times every item
 # table of the full output read and rewritten once (`etl sql` `COPY`): what an apply that
-# rewrites the tables cannot go below, whatever it does about the changes.
+# rewrites the tables cannot go below, whatever it does about the changes. BENCH_MAPPING=FILE
+# runs every unwind with `--mapping FILE` (mapped tables find the changed keys by their key
+# template columns; see "Incremental applies" in mappings/README.md).
 set -euo pipefail
 export LC_ALL=C
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,6 +39,11 @@ case "$FORMAT" in
     parquet-in-place) FORMAT_ARGS=(--in-place) ;;
     *) echo "error: BENCH_FORMAT must be parquet, parquet-in-place, delta or delta-dv, got \`$FORMAT\`" >&2; exit 2 ;;
 esac
+MAP_ARGS=()
+if [ -n "${BENCH_MAPPING:-}" ]; then
+    MAP_ARGS=(--mapping "$BENCH_MAPPING")
+    FORMAT_ARGS+=("${MAP_ARGS[@]}")
+fi
 items=2000000
 inc=""
 while [ $# -gt 0 ]; do
@@ -105,16 +112,17 @@ seconds() {
 }
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# rows_of DIR: every table's rows in key order (`PK`, `SK`), as `etl sql` prints them in CSV.
+# rows_of DIR: every table's rows, as `etl sql` prints them in CSV, sorted (a mapped table has
+# no `PK` or `SK` to order by).
 rows_of() {
     python3 - "$1/_etl/run.json" >"$WORK/rows.sql" <<'PY'
 import json, sys
 for t in json.load(open(sys.argv[1]))["tables"]:
     if t["name"] != "_rejects" and t["rows"] > 0:
         q = t["name"].replace('"', '""')
-        print(f'SELECT * FROM "{q}" ORDER BY "PK", "SK";')
+        print(f'SELECT \'{q}\' AS "table", * FROM "{q}";')
 PY
-    "$ETL" sql -q --format csv -f "$WORK/rows.sql" --data "$1" | md5sum
+    "$ETL" sql -q --format csv -f "$WORK/rows.sql" --data "$1" | sort | md5sum
 }
 # same_rows APPLIED REFERENCE: stops the bench when an in-place apply's tables are not the
 # reference's, row for row.
@@ -180,7 +188,7 @@ done
 if [ "$FORMAT" = parquet-in-place ]; then
     rm -rf "$WORK/replay"
     cp -a "$WORK/out" "$WORK/replay"
-    "$ETL" unwind -q "$inc" --out "$WORK/replay" >/dev/null
+    "$ETL" unwind -q "$inc" --out "$WORK/replay" "${MAP_ARGS[@]}" >/dev/null
     same_rows "$WORK/apply" "$WORK/replay"
 fi
 keep_ms="$(python3 -c "import json; print(json.load(open('$WORK/out/_etl/run.json'))['timings_ms'].get('keep_base', 0))")"
@@ -188,8 +196,9 @@ full_m="$(median "${full_t[@]}")"
 apply_m="$(median "${apply_t[@]}")"
 items_n="$(grep -o '"itemCount":[0-9]*' "$FULL_DIR/manifest-summary.json" | cut -d: -f2)"
 echo "items: $items_n; full unwind: ${full_m}s (runs: ${full_t[*]}; of which keeping _etl/base: ${keep_ms} ms in the last run)"
-echo "format: $FORMAT"
-echo "apply 1% incremental: ${apply_m}s (runs: ${apply_t[*]})"
+echo "format: $FORMAT${BENCH_MAPPING:+, mapping $BENCH_MAPPING}"
+in_place="$(python3 -c "import json; print(str(json.load(open('$WORK/apply/_etl/run.json'))['chain'].get('applied_in_place', False)).lower())")"
+echo "apply 1% incremental: ${apply_m}s (runs: ${apply_t[*]}; applied in place: $in_place)"
 rewrite_m="$(median "${rewrite_t[@]}")"
 python3 -c "print(f'every item table read and rewritten once (etl sql COPY): ${rewrite_m}s (runs: ${rewrite_t[*]}) = {$rewrite_m / $full_m:.2f} of the full unwind, the least an apply that rewrites every table can take')"
 if [ "$FORMAT" = delta ] || [ "$FORMAT" = delta-dv ]; then
