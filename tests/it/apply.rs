@@ -485,25 +485,24 @@ fn in_place_applies_onto_parquet_give_the_replays_tables() {
     in_place_gives_the_replays_tables(&[]);
 }
 
-/// The same with a mapping whose tables' key columns say their keys back, the child table
-/// naming its parent by the parent's whole key: each changed key's rows are found by the key
-/// template's columns (`email`; `user_email`, `ordered_at`, `order_id`; …), the child rows of a
-/// changed order by their parent columns, and every apply is made in place.
+/// The same with the sample mapping, whose tables' key columns say their keys back and whose
+/// child table names its parent by the parent's whole key: each changed key's rows are found by
+/// the key template's columns (`email`; `user_email`, `ordered_at`, `order_id`; …), the child
+/// rows of a changed order by their parent columns, and every apply is made in place.
 #[test]
 fn in_place_applies_onto_a_mapped_parquet_output_give_the_replays_tables() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mapping = whole_parent_key_mapping(tmp.path());
+    let mapping = root().join("mappings/ecommerce.toml");
     in_place_gives_the_replays_tables(&["--mapping", mapping.to_str().unwrap()]);
 }
 
-/// `mappings/ecommerce.toml` with `order_lines` naming its parent by the order's whole key
-/// (`ordered_at` added to its `parent_columns`), written under `dir`.
-pub fn whole_parent_key_mapping(dir: &Path) -> PathBuf {
+/// `mappings/ecommerce.toml` with `order_lines` naming its parent by only part of the order's key
+/// (`ordered_at` left out of its `parent_columns`), written under `dir`.
+pub fn partial_parent_key_mapping(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(root().join("mappings/ecommerce.toml")).unwrap();
-    let from = r#"parent_columns = ["order_id", "user_email"]"#;
+    let from = r#"parent_columns = ["order_id", "user_email", "ordered_at"]"#;
     assert!(text.contains(from), "the sample mapping's child table names its parent by {from}");
-    let path = dir.join("whole-parent-key.toml");
-    std::fs::write(&path, text.replace(from, r#"parent_columns = ["order_id", "user_email", "ordered_at"]"#)).unwrap();
+    let path = dir.join("partial-parent-key.toml");
+    std::fs::write(&path, text.replace(from, r#"parent_columns = ["order_id", "user_email"]"#)).unwrap();
     path
 }
 
@@ -636,7 +635,7 @@ fn in_place_onto_a_mapped_output_replays_and_says_why() {
         etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "10", "--format", "dynamodb-json"]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let (full, incs) = sample_chain(&dir);
-    let mapping = root().join("mappings/ecommerce.toml");
+    let mapping = partial_parent_key_mapping(tmp.path());
     let m = ["--mapping", mapping.to_str().unwrap()];
     let (out, replayed) = (tmp.path().join("in-place"), tmp.path().join("replayed"));
     unwind(&[&full], &out, &m, 0);

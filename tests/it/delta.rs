@@ -598,17 +598,17 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
 /// `user_email`, `ordered_at`, `order_id`; …), as an inferred one does by `PK` and `SK`: with
 /// deletion vectors, each apply of a generated chain is made in place, every mapped table by one
 /// MERGE; without, the replay's MERGE still merges each mapped table, except a child table that
-/// names its parent by only part of its key (`order_lines` of the sample mapping, without
-/// `ordered_at`), which is replaced whole and says why. Either way every table holds, at its new
+/// names its parent by only part of its key (`order_lines` without `ordered_at` in its
+/// `parent_columns`), which is replaced whole and says why. Either way every table holds, at its new
 /// version, exactly the rows of the same chain unwound in one run with the mapping.
 #[test]
 fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
     let tmp = tempfile::tempdir().unwrap();
     let (full, incs) = generated_chain(&tmp.path().join("s"));
-    let whole = crate::apply::whole_parent_key_mapping(tmp.path());
     let sample = crate::common::root().join("mappings/ecommerce.toml");
+    let partial = crate::apply::partial_parent_key_mapping(tmp.path());
     let mapped = ["users", "orders", "order_lines", "order_items", "products", "reviews"];
-    for (mapping, vectors) in [(&whole, true), (&sample, false)] {
+    for (mapping, vectors) in [(&sample, true), (&partial, false)] {
         let m = ["--mapping", mapping.to_str().unwrap()];
         let out = tmp.path().join(format!("delta-{vectors}"));
         let mut first = vec!["--format", "delta", "--target-file-bytes", "1", m[0], m[1]];

@@ -61,7 +61,7 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
     );
     assert_eq!(
         column_names(&out.join("order_lines")),
-        ["order_id", "user_email", "line_no", "sku", "qty", "unit_price", "_extra"]
+        ["order_id", "user_email", "ordered_at", "line_no", "sku", "qty", "unit_price", "_extra"]
     );
     assert!(strings(&out.join("order_lines"), "_extra").iter().all(Option::is_none), "every line field is mapped");
     assert_eq!(count_rows(&out.join("users")), groups["User"].len());
