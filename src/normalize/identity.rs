@@ -168,31 +168,30 @@ pub fn changed_keys(
     let decoded: Vec<Option<Item<'_>>> = keys.iter().map(|k| crate::decode::json::decode_item_object(k).ok()).collect();
     let mut out = BTreeMap::new();
     for e in &mapping.entities {
-        let identity = Identity::of_entity(e, key_names);
-        let found = identity
-            .as_ref()
-            .map(|id| IdentityKeys {
-                columns: id.columns(),
-                keys: decoded.iter().map(|k| k.as_ref().and_then(|k| id.row(k)).unwrap_or_default()).collect(),
-            })
-            .map_err(Clone::clone);
+        let found = Identity::of_entity(e, key_names).map(|id| IdentityKeys {
+            columns: id.columns(),
+            keys: decoded.iter().map(|k| k.as_ref().and_then(|k| id.row(k)).unwrap_or_default()).collect(),
+        });
         for c in &e.children {
-            let child = match (&identity, &found) {
-                (Ok(id), Ok(keys)) => {
-                    let missing: Vec<String> =
-                        id.columns().into_iter().filter(|c2| !c.parent_columns.contains(c2)).collect();
+            let child = match &found {
+                Ok(keys) => {
+                    let missing: Vec<String> = keys
+                        .columns
+                        .iter()
+                        .filter(|k| !c.parent_columns.contains(k))
+                        .map(|k| format!("`{k}`"))
+                        .collect();
                     if missing.is_empty() {
                         Ok(keys.clone())
                     } else {
-                        let names: Vec<String> = missing.iter().map(|m| format!("`{m}`")).collect();
                         Err(format!(
                             "its `parent_columns` lack {}, of the key columns of `{}`",
-                            names.join(", "),
+                            missing.join(", "),
                             e.table
                         ))
                     }
                 }
-                (Err(reason), _) | (_, Err(reason)) => Err(format!("its parent table `{}`: {reason}", e.table)),
+                Err(reason) => Err(format!("its parent table `{}`: {reason}", e.table)),
             };
             out.insert(c.table.clone(), child);
         }

@@ -523,7 +523,7 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
     unwind(&[&full], &out, &small, 0);
     unwind(&[&full], &replayed, &small, 0);
     let (mut in_place_steps, mut linked, mut rewritten) = (0, 0, 0);
-    let mut rejects_before = read_table(&out.join("_rejects")).1.iter().map(|b| b.num_rows()).sum::<usize>();
+    let mut rejects_before = count_rows(&out.join("_rejects"));
     for (k, inc) in incs.iter().enumerate() {
         let before = listed_inodes(&out);
         unwind(&[inc], &out, &in_place, 0);
