@@ -220,18 +220,29 @@ fn chain_summary(c: &crate::sink::manifest::ChainReport) -> String {
         (Some(a), Some(b)) => format!(" ({} to {})", a.from_time, b.to_time),
         _ => String::new(),
     };
-    let onto = match &c.previous_export {
-        Some(p) => format!("onto the output holding exports up to `{p}` (full export `{}`)", c.full_export),
-        None => format!("to full export `{}`", c.full_export),
-    };
-    let mut text = format!(
-        "applied {} incremental export{} {onto}{span}: {} change records on {} keys, {} items of the full export replaced or deleted\n",
-        c.windows.len(),
-        if c.windows.len() == 1 { "" } else { "s" },
+    let counts = format!(
+        "{} change records on {} keys, {} items of the full export replaced or deleted",
         group(c.change_records),
         group(c.changed_keys),
         group(c.superseded_items),
     );
+    let mut text = match (&c.previous_export, c.windows.len()) {
+        // The exports named are all held already; the run wrote them again with its options.
+        (Some(p), 0) => format!(
+            "no new incremental export: the output's exports up to `{p}` (full export `{}`) written again with this run's options: {counts}\n",
+            c.full_export
+        ),
+        (Some(p), n) => format!(
+            "applied {n} incremental export{} onto the output holding exports up to `{p}` (full export `{}`){span}: {counts}\n",
+            if n == 1 { "" } else { "s" },
+            c.full_export
+        ),
+        (None, n) => format!(
+            "applied {n} incremental export{} to full export `{}`{span}: {counts}\n",
+            if n == 1 { "" } else { "s" },
+            c.full_export
+        ),
+    };
     for (table, t) in &c.tables {
         let mut parts = vec![
             format!("{} inserts", group(t.inserts)),

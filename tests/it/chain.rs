@@ -378,6 +378,21 @@ fn state_makes_a_rerun_a_no_op_and_refuses_older_exports() {
         assert_ne!(std::fs::read(out.join("_etl/run.json")).unwrap(), before, "{other:?}");
         unwind(&[&root], &out, &["--row-group-rows", "1000"], 0);
     }
+    // The last incremental export alone, named with another option: the output's exports are
+    // written again, and the summary says no export was new (it said "applied 0 incremental
+    // exports").
+    let run = unwind(&[&dir("01788252000000-dddddddd")], &out, &["--row-group-rows", "500"], 0);
+    assert!(
+        run.stderr.contains(
+            "no new incremental export: the output's exports up to `01788252000000-dddddddd` \
+             (full export `01788249600000-aaaaaaaa`) written again with this run's options: "
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("applied 0"), "{}", run.stderr);
+    assert_eq!(run_report(&out)["options"]["layout"]["row_group_rows"], 500);
+    assert_eq!(canonical_rows(&out.join("_untyped")), rows);
 }
 
 #[test]
