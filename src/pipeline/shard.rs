@@ -654,19 +654,21 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         return Err(inconsistent("the sources no longer form the chain the shards read".into()));
     }
     let chain_state = chain.as_ref().map(|c| crate::state::of_chain(&plan.exports, c, &[], key.layout.mapping.clone()));
-    if let Some(next) = &chain_state {
-        // A chain the output already holds: the commit is a no-op, as one run's re-run is, and
-        // the shards (of a run whose result is already published) go.
-        match apply::refuse_up_to_date(&settings, &key.layout, sink.as_ref(), next) {
-            Err(e @ UnwindError::UpToDate { .. }) => {
-                drop(sink);
-                if let Err(e) = area.remove_all() {
-                    tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the shards");
-                }
-                return Err(e);
+    // An export or a chain the output already holds: the commit is a no-op, as one run's re-run
+    // is, and the shards (of a run whose result is already published) go.
+    let held = match &chain_state {
+        Some(next) => apply::refuse_up_to_date(&settings, &key.layout, sink.as_ref(), next),
+        None => apply::refuse_same_export(&plan, &settings, &key.layout, sink.as_ref()),
+    };
+    match held {
+        Err(e @ UnwindError::UpToDate { .. }) => {
+            drop(sink);
+            if let Err(e) = area.remove_all() {
+                tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the shards");
             }
-            other => other?,
+            return Err(e);
         }
+        other => other?,
     }
     let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws, chain.is_none(), settings.threads, false)?;
     let scratch = sink.scratch().to_owned();

@@ -137,6 +137,32 @@ fn shards_agree_on_types_and_the_commit_equals_one_run() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("holds no finished shard"), "{}", r.stderr);
     assert_eq!(crate::common::tree(&out), before);
+    // The same export sharded again onto its output: the commit is a no-op, as a re-run of one
+    // process is (it once published the same rows again), and the shards go.
+    let report = std::fs::read(out.join("_etl/run.json")).unwrap();
+    for phase in ["infer", "write"] {
+        for i in 0..3 {
+            shard(&export, &out, i, 3, phase, 0);
+        }
+    }
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("nothing to apply, nothing rewritten"), "{}", r.stderr);
+    assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), report, "nothing was published");
+    assert!(!out.join("_etl/shards").exists(), "the shards of the no-op run are gone");
+    assert_eq!(crate::common::tree(&out), before);
+    // Sharded with another option that decides the files: published again.
+    for phase in ["infer", "write"] {
+        for i in 0..3 {
+            let spec = format!("{i}/3");
+            unwind(&[&export], &out, &["--shard", &spec, "--phase", phase, "--row-group-rows", "1000"], 0);
+        }
+    }
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("nothing to apply"), "{}", r.stderr);
+    assert_eq!(run_report(&out)["options"]["layout"]["row_group_rows"], 1000);
+    assert_eq!(tables(&out), tables(&single), "the same rows");
 }
 
 #[test]
