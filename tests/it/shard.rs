@@ -140,26 +140,13 @@ fn shards_agree_on_types_and_the_commit_equals_one_run() {
     // The same export sharded again onto its output: the commit is a no-op, as a re-run of one
     // process is (it once published the same rows again), and the shards go.
     let report = std::fs::read(out.join("_etl/run.json")).unwrap();
-    for phase in ["infer", "write"] {
-        for i in 0..3 {
-            shard(&export, &out, i, 3, phase, 0);
-        }
-    }
-    let r = etl(["commit", out.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = shard_and_commit(&[&export], &out, 3, &[]);
     assert!(r.stderr.contains("nothing to apply, nothing rewritten"), "{}", r.stderr);
     assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), report, "nothing was published");
     assert!(!out.join("_etl/shards").exists(), "the shards of the no-op run are gone");
     assert_eq!(crate::common::tree(&out), before);
     // Sharded with another option that decides the files: published again.
-    for phase in ["infer", "write"] {
-        for i in 0..3 {
-            let spec = format!("{i}/3");
-            unwind(&[&export], &out, &["--shard", &spec, "--phase", phase, "--row-group-rows", "1000"], 0);
-        }
-    }
-    let r = etl(["commit", out.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = shard_and_commit(&[&export], &out, 3, &["--row-group-rows", "1000"]);
     assert!(!r.stderr.contains("nothing to apply"), "{}", r.stderr);
     assert_eq!(run_report(&out)["options"]["layout"]["row_group_rows"], 1000);
     assert_eq!(tables(&out), tables(&single), "the same rows");
@@ -221,13 +208,7 @@ fn a_sharded_delta_commit_is_one_commit_per_table_with_one_runs_rows() {
     let single = tmp.path().join("single");
     unwind(&[&export], &single, &["--format", "delta"], 0);
     let out = tmp.path().join("out");
-    for phase in ["infer", "write"] {
-        for i in 0..2 {
-            unwind(&[&export], &out, &["--format", "delta", "--shard", &format!("{i}/2"), "--phase", phase], 0);
-        }
-    }
-    let r = etl(["commit", out.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    shard_and_commit(&[&export], &out, 2, &["--format", "delta"]);
     let (ra, rb) = (run_report(&out), run_report(&single));
     assert_eq!(ra["reconciliation"], rb["reconciliation"]);
     for (a, b) in ra["tables"].as_array().unwrap().iter().zip(rb["tables"].as_array().unwrap()) {
@@ -338,13 +319,7 @@ fn incremental_exports_apply_onto_a_committed_sharded_output() {
     unwind(&[&full], &single, &[], 0);
     unwind(&inc_refs, &single, &[], 0);
     let out = tmp.path().join("sharded");
-    for phase in ["infer", "write"] {
-        for i in 0..3 {
-            shard(&full, &out, i, 3, phase, 0);
-        }
-    }
-    let r = etl(["commit", out.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    shard_and_commit(&[&full], &out, 3, &[]);
     unwind(&inc_refs, &out, &[], 0);
 
     let (a, b) = (tables(&out), tables(&single));
@@ -358,8 +333,9 @@ fn incremental_exports_apply_onto_a_committed_sharded_output() {
     assert_eq!(ra["state"]["applied"].as_array().unwrap().len(), 3, "the full export and two incrementals");
 }
 
-/// Every phase of `n` shards of `sources` into `out`, with `extra` arguments, then the commit.
-fn shard_and_commit(sources: &[&Path], out: &Path, n: u32, extra: &[&str]) {
+/// Every phase of `n` shards of `sources` into `out`, with `extra` arguments, then the commit,
+/// which must succeed.
+fn shard_and_commit(sources: &[&Path], out: &Path, n: u32, extra: &[&str]) -> crate::common::Run {
     for phase in ["infer", "write"] {
         for i in 0..n {
             let spec = format!("{i}/{n}");
@@ -370,6 +346,7 @@ fn shard_and_commit(sources: &[&Path], out: &Path, n: u32, extra: &[&str]) {
     }
     let r = etl(["commit", out.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    r
 }
 
 /// A full export with its incremental exports shards too: every shard reduces the incremental
@@ -398,13 +375,7 @@ fn a_chain_shards_and_its_commit_equals_one_run_of_the_chain() {
     // The same chain sharded again onto its output: the commit is a no-op, as a re-run is.
     let out = tmp.path().join("sharded-2");
     let before = std::fs::read(out.join("_etl/run.json")).unwrap();
-    for phase in ["infer", "write"] {
-        for i in 0..2 {
-            unwind(&sources, &out, &["--shard", &format!("{i}/2"), "--phase", phase], 0);
-        }
-    }
-    let r = etl(["commit", out.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = shard_and_commit(&sources, &out, 2, &[]);
     assert!(r.stderr.contains("already"), "{}", r.stderr);
     assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), before, "nothing was published");
     assert!(!out.join("_etl/shards").exists(), "the shards of the no-op run are gone");
