@@ -93,6 +93,10 @@ pub enum Command {
     Delta(delta::DeltaCommand),
     /// Publish the shards of a sharded run (`etl unwind … --shard I/N`) as one output, in one
     /// commit, once every shard has finished.
+    ///
+    /// When the output already holds what the shards read (the same export or chain, with
+    /// options that make the same files), nothing is published and the shards are removed: exit
+    /// 0, as a re-run of one process is a no-op.
     Commit(CommitArgs),
     /// Run the parts of an Apache DataFusion Ballista cluster for `etl sql --ballista`: one
     /// scheduler, and executors on every machine that mounts the outputs (or reads `s3://`).
