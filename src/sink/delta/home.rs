@@ -111,19 +111,30 @@ impl Home {
         })
     }
 
-    /// Whether a Delta table is here (it has a `_delta_log/`).
+    /// Whether a Delta table is here: its `_delta_log/` holds a commit or a checkpoint. A log
+    /// with neither is the first commit of a table killed before it landed (the folder made, a
+    /// temporary commit file written, nothing in place): no table yet, which the next run
+    /// creates (deltalake refuses to open it). A local log that cannot be read counts as a
+    /// table, so that opening it says why.
     pub async fn is_table(&self) -> Result<bool, StoreError> {
         match self {
-            Home::Dir(d) => Ok(d.join(DELTA_LOG).is_dir()),
+            Home::Dir(d) => Ok(match std::fs::read_dir(d.join(DELTA_LOG)) {
+                Ok(entries) => entries.flatten().any(|e| is_log_entry(&e.file_name().to_string_lossy())),
+                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            }),
             Home::Object { store, url } => {
                 use futures::StreamExt as _;
                 let key = Home::key(url, &format!("{DELTA_LOG}/"));
-                let first = store.list(Some(&ObjPath::from(key.as_str()))).next().await;
-                match first {
-                    None => Ok(false),
-                    Some(Ok(_)) => Ok(true),
-                    Some(Err(e)) => Err(StoreError::object("list", &url.url_of(&key), &e)),
+                // Listed in key order: a table's first commit or checkpoint comes first.
+                let mut listed = store.list(Some(&ObjPath::from(key.as_str())));
+                while let Some(entry) = listed.next().await {
+                    match entry {
+                        Ok(meta) if meta.location.filename().is_some_and(is_log_entry) => return Ok(true),
+                        Ok(_) => {}
+                        Err(e) => return Err(StoreError::object("list", &url.url_of(&key), &e)),
+                    }
                 }
+                Ok(false)
             }
         }
     }
@@ -321,10 +332,58 @@ impl Home {
     }
 }
 
+/// A file of `_delta_log/` that makes a table: a commit (`<20 digits>.json`), a checkpoint
+/// (`<20 digits>.checkpoint….parquet`) or `_last_checkpoint`.
+fn is_log_entry(name: &str) -> bool {
+    let version = name.bytes().take_while(u8::is_ascii_digit).count() == 20;
+    name == "_last_checkpoint" || (version && (name.ends_with(".json") || name[20..].starts_with(".checkpoint")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::Scheme;
+
+    #[test]
+    fn a_log_without_a_commit_or_checkpoint_is_no_table() {
+        for name in [
+            "00000000000000000000.json",
+            "00000000000000000012.json",
+            "00000000000000000010.checkpoint.parquet",
+            "00000000000000000010.checkpoint.0000000001.0000000002.parquet",
+            "_last_checkpoint",
+        ] {
+            assert!(is_log_entry(name), "{name}");
+        }
+        for name in
+            ["_commit_5b7c.json.tmp", ".00000000000000000000.json.tmp", "0000.json", "00000000000000000000.crc", ""]
+        {
+            assert!(!is_log_entry(name), "{name}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::Dir(dir.path().to_owned());
+        let rt = crate::store::io_runtime();
+        assert!(!rt.block_on(home.is_table()).unwrap(), "no `_delta_log/`");
+        std::fs::create_dir(dir.path().join(DELTA_LOG)).unwrap();
+        assert!(!rt.block_on(home.is_table()).unwrap(), "an empty `_delta_log/`");
+        std::fs::write(dir.path().join(DELTA_LOG).join("_commit_5b7c.json.tmp"), b"{}").unwrap();
+        assert!(!rt.block_on(home.is_table()).unwrap(), "a temporary commit file only");
+        std::fs::write(dir.path().join(DELTA_LOG).join("00000000000000000000.json"), b"{}").unwrap();
+        assert!(rt.block_on(home.is_table()).unwrap(), "a commit");
+        // The same on an object store, where a temporary commit object sorts after the commits.
+        let store = crate::store::memory::store("is-table");
+        let url = ObjectUrl { scheme: Scheme::Memory, bucket: "is-table".into(), key: "out/".into() };
+        let table = Home::Object { store: store.clone(), url }.join("user");
+        assert!(!rt.block_on(table.is_table()).unwrap(), "nothing there");
+        let put = |key: &str| {
+            let payload = object_store::PutPayload::from_static(b"{}");
+            rt.block_on(store.put(&ObjPath::from(key), payload)).unwrap();
+        };
+        put("out/user/_delta_log/_commit_5b7c.json.tmp");
+        assert!(!rt.block_on(table.is_table()).unwrap(), "a temporary commit object only");
+        put("out/user/_delta_log/00000000000000000000.json");
+        assert!(rt.block_on(table.is_table()).unwrap(), "a commit");
+    }
 
     #[test]
     fn tables_of_an_object_output_are_prefixes_of_it() {
