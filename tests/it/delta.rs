@@ -1021,6 +1021,34 @@ fn a_repeated_apply_is_a_no_op_and_a_crash_between_table_commits_completes_on_re
     assert_eq!(log_lengths(&out), done);
 }
 
+/// A table whose first commit was killed before it landed leaves a `_delta_log/` with no commit
+/// (the folder, or a temporary commit file in it; what `kill -9` left in a CI run): readers see
+/// no table, and the next run creates it (it failed with "not a Delta table").
+#[test]
+fn a_table_whose_first_commit_never_landed_is_created_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("s"));
+    let (out, reference) = (tmp.path().join("out"), tmp.path().join("reference"));
+    unwind(&[&full], &out, &["--format", "delta"], 0);
+    unwind(&[&full, &incs[0]], &reference, &[], 0);
+    let after = crate::common::table_rows(&reference);
+    let before: Vec<String> =
+        run_report(&out)["tables"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
+    let new: Vec<&String> = after.keys().filter(|t| !before.contains(t)).collect();
+    assert!(!new.is_empty(), "the apply creates tables (rows move to `archived_*` types)");
+    for (i, t) in new.iter().enumerate() {
+        let log = out.join(t).join("_delta_log");
+        std::fs::create_dir_all(&log).unwrap();
+        if i % 2 == 0 {
+            std::fs::write(log.join("_commit_0f3a.json.tmp"), b"{\"commitInfo\":{}}\n").unwrap();
+        }
+    }
+    unwind(&[&incs[0]], &out, &["--format", "delta"], 0);
+    for t in new {
+        assert_eq!(version_rows(&out.join(t), 0), after[t], "`{t}` at version 0");
+    }
+}
+
 /// `kill -9` at random times while an incremental export merges into a Delta output: every
 /// table's latest version reads as the table before the apply or after it, never a mix; `etl sql`
 /// still opens the output; a re-run completes with the export applied once to every table.
