@@ -96,7 +96,8 @@ pub enum Command {
     ///
     /// When the output already holds what the shards read (the same export or chain, with
     /// options that make the same files), nothing is published and the shards are removed: exit
-    /// 0, as a re-run of one process is a no-op.
+    /// 0, as a re-run of one process is a no-op. (Shards that find the output holding their run
+    /// read nothing and leave a note the commit checks.)
     Commit(CommitArgs),
     /// Run the parts of an Apache DataFusion Ballista cluster for `etl sql --ballista`: one
     /// scheduler, and executors on every machine that mounts the outputs (or reads `s3://`).

@@ -113,7 +113,6 @@ impl Printer {
         self.stderr(&format!("schema drift ({}):\n{d}", d.counts()));
     }
 
-    /// The table of what a run wrote, and the reconciliation line.
     /// What one shard of a sharded run did, and what comes next.
     pub fn shard_summary(&self, s: &crate::pipeline::shard::ShardSummary, out: &str) {
         use crate::pipeline::shard::ShardPhase;
@@ -121,6 +120,19 @@ impl Printer {
             return;
         }
         let shard = s.run.shard;
+        if s.held {
+            let next = match s.run.phase {
+                ShardPhase::Infer => {
+                    format!("`etl unwind … --shard {shard}` (it finds the same), then `etl commit {out}`")
+                }
+                ShardPhase::Write => format!("`etl commit {out}` once all {} shards have finished", shard.count),
+            };
+            self.info(&format!(
+                "shard {shard}: `{out}` already holds what this run would write; nothing read, nothing written but `{}` for the commit, which checks again and publishes nothing\nnext: {next}",
+                s.wrote
+            ));
+            return;
+        }
         let read = format!(
             "shard {shard}: read {} of {} file{} ({}), {} items",
             s.files.len(),
@@ -147,6 +159,7 @@ impl Printer {
         self.info(text.trim_end());
     }
 
+    /// The table of what a run wrote, and the reconciliation line.
     pub fn summary(&self, s: &UnwindSummary, out: &str) {
         if self.quiet {
             return;

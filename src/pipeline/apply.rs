@@ -120,13 +120,28 @@ pub fn refuse_up_to_date(
 ) -> Result<(), UnwindError> {
     let out = settings.target.to_string();
     let Some(previous) = previous_manifest(&settings.target, sink)? else { return Ok(()) };
-    if let Some(prev) = &previous.state
-        && state::compare(prev, next, &out)? == Compared::AlreadyApplied
-        && super::may_skip(&previous, settings, layout)
-    {
+    if holds_chain(&previous, settings, layout, next)? {
         return Err(up_to_date(sink, out, next.applied.iter().map(|a| a.export_id.as_str())));
     }
     Ok(())
+}
+
+/// `previous` (the committed run of the output of `settings`) already holds every export of
+/// the chain state `next`, and a run with `settings` may skip it ([`super::may_skip`]); an
+/// older chain is refused as [`state::compare`] says.
+pub fn holds_chain(
+    previous: &RunManifest,
+    settings: &super::UnwindSettings,
+    layout: &FileLayout,
+    next: &RunState,
+) -> Result<bool, UnwindError> {
+    let out = settings.target.to_string();
+    Ok(match &previous.state {
+        Some(prev) => {
+            state::compare(prev, next, &out)? == Compared::AlreadyApplied && super::may_skip(previous, settings, layout)
+        }
+        None => false,
+    })
 }
 
 /// Refuses with [`UnwindError::UpToDate`] (exit 0, nothing done) a run of a full export alone
@@ -140,11 +155,27 @@ pub fn refuse_same_export(
     layout: &FileLayout,
     sink: &dyn Sink,
 ) -> Result<(), UnwindError> {
-    let [export] = plan.exports.as_slice() else { return Ok(()) };
-    if export.window.is_some() || !plan.only_exports() {
-        return Ok(());
-    }
     let Some(previous) = previous_manifest(&settings.target, sink)? else { return Ok(()) };
+    if holds_export(plan, &previous, settings, layout) {
+        let [export] = plan.exports.as_slice() else { return Ok(()) };
+        return Err(up_to_date(sink, settings.target.to_string(), std::iter::once(export_id(export).as_str())));
+    }
+    Ok(())
+}
+
+/// `previous` (the committed run of the output of `settings`) was made from the full export
+/// `plan` holds alone, as [`refuse_same_export`] compares them, and a run with `settings` may
+/// skip it ([`super::may_skip`]).
+pub fn holds_export(
+    plan: &Plan,
+    previous: &RunManifest,
+    settings: &super::UnwindSettings,
+    layout: &FileLayout,
+) -> bool {
+    let [export] = plan.exports.as_slice() else { return false };
+    if export.window.is_some() || !plan.only_exports() {
+        return false;
+    }
     // Each data file by name, size and the MD5 its manifest promises (as the report shows it),
     // wherever the export is now (moved, or downloaded from S3).
     let name = |display: &str| display.rsplit(['/', '\\']).next().unwrap_or(display).to_owned();
@@ -152,13 +183,10 @@ pub fn refuse_same_export(
         let md5 = f.expected.as_ref().map(|e| crate::source::integrity::preview(&e.md5_base64));
         (name(&f.display), f.size, md5)
     });
-    let holds = matches!(previous.exports.as_slice(), [e] if same_export(e, export))
+    matches!(previous.exports.as_slice(), [e] if same_export(e, export))
         && previous.state.as_ref().is_none_or(|s| s.applied.len() == 1)
-        && files.eq(previous.inputs.iter().map(|i| (name(&i.file), i.bytes, i.md5_expected.clone())));
-    if holds && super::may_skip(&previous, settings, layout) {
-        return Err(up_to_date(sink, settings.target.to_string(), std::iter::once(export_id(export).as_str())));
-    }
-    Ok(())
+        && files.eq(previous.inputs.iter().map(|i| (name(&i.file), i.bytes, i.md5_expected.clone())))
+        && super::may_skip(previous, settings, layout)
 }
 
 /// The committed `_etl/run.json` of the output at `target`, if it has one (for an object-store

@@ -22,6 +22,10 @@
 //! would: the plain layout with `run.json` last, or one Delta commit per table. Shards are
 //! contiguous runs of the plan's files, so the rows are those of one run, in the same order;
 //! only the cuts between part files (and so between row groups) differ, at shard boundaries.
+//!
+//! A shard whose output already holds what its run would write (as a re-run of one process finds
+//! it, [`apply::holds_export`], [`apply::holds_chain`]) reads nothing and leaves a note
+//! (`held-I-of-N.json`); the commit of such notes checks again and is a no-op.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -94,6 +98,10 @@ pub enum ShardError {
     Inconsistent { out: String, reason: String },
     #[error("`{path}` is not a shard file etl can read: {message}")]
     Damaged { path: String, message: String },
+    #[error(
+        "cannot commit `{out}`: its shards found it holding what they would write and wrote nothing, but it no longer holds it"
+    )]
+    NoLongerHeld { out: String },
 }
 
 impl ShardError {
@@ -118,7 +126,7 @@ impl ShardError {
             ShardError::Missing { .. } => {
                 "run the missing shards (a re-run replaces a shard's earlier attempt), then commit again".into()
             }
-            ShardError::Inconsistent { .. } | ShardError::Damaged { .. } => {
+            ShardError::Inconsistent { .. } | ShardError::Damaged { .. } | ShardError::NoLongerHeld { .. } => {
                 "run the shards again (both phases); a re-run of a shard replaces its earlier attempt".into()
             }
         })
@@ -233,6 +241,16 @@ struct InferFile {
     files: Range<usize>,
     shapes: BTreeMap<String, EntityShape>,
     untyped: Option<EntityShape>,
+}
+
+/// What a shard writes instead of reading anything when the output already holds what its run
+/// would write (as a re-run of one process finds it): the commit checks that again and is then
+/// a no-op.
+#[derive(Debug, Serialize, Deserialize)]
+struct HeldFile {
+    format: u32,
+    shard: Shard,
+    key: RunKey,
 }
 
 /// A shard's finished write phase: what it read, what it wrote, and what one run's report needs
@@ -367,6 +385,9 @@ pub struct ShardSummary {
     /// The shape file or the shard's folder (or key prefix), as shown to the user.
     pub wrote: String,
     pub millis: u64,
+    /// The output already held what the run would write: the shard read nothing and `wrote`
+    /// is the file that tells the commit so.
+    pub held: bool,
 }
 
 fn damaged(path: &str) -> impl FnOnce(String) -> ShardError + '_ {
@@ -410,6 +431,27 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     let chain = chain_of(&plan, settings)?;
     let key = RunKey::of(&plan, settings, run.shard.count, chain.is_some());
     let fingerprint = key.fingerprint();
+    // An output that already holds what this run would write, as a re-run of one process finds
+    // it: nothing to read (a job array run again over the same export takes seconds), and the
+    // commit, told so, checks it again and does nothing.
+    if output_holds(&plan, chain.as_ref(), settings, &key)? {
+        let shown = area.held_shown(run.shard);
+        let file = HeldFile { format: SHARD_FORMAT, shard: run.shard, key };
+        area.write_held(run.shard, &to_json(&file, &shown)?)?;
+        progress.set_phase(super::Phase::Done);
+        return Ok(ShardSummary {
+            run,
+            files: run.shard.files(&plan),
+            plan_files: plan.files.len(),
+            bytes: 0,
+            items: 0,
+            rows: 0,
+            rejects: 0,
+            wrote: shown,
+            millis: started.elapsed().as_millis() as u64,
+            held: true,
+        });
+    }
     // The write phase needs every shard's shapes: refused before a file is read.
     let agreed = match run.phase {
         ShardPhase::Write => Some(agreed_shapes(&area, run.shard, &fingerprint)?),
@@ -446,6 +488,7 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
         rejects,
         wrote,
         millis: started.elapsed().as_millis() as u64,
+        held: false,
     };
 
     let infer_path = area.infer_shown(run.shard);
@@ -512,6 +555,132 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     Ok(summary(dir, rows))
 }
 
+/// The committed output at `settings.target` already holds what a run of `plan` (and `chain`)
+/// with `settings` would write, as a re-run of one process finds it: the same export or chain,
+/// options that make the same files, the same format.
+fn output_holds(
+    plan: &Plan,
+    chain: Option<&Chain>,
+    settings: &UnwindSettings,
+    key: &RunKey,
+) -> Result<bool, UnwindError> {
+    let Some(previous) = crate::sink::manifest::read_committed(&settings.target, &settings.aws)? else {
+        return Ok(false);
+    };
+    if crate::sink::delta::is_delta_output(&previous) != key.delta {
+        return Ok(false);
+    }
+    match chain {
+        Some(c) => {
+            let next = crate::state::of_chain(&plan.exports, c, &[], key.layout.mapping.clone());
+            apply::holds_chain(&previous, settings, &key.layout, &next)
+        }
+        None => Ok(apply::holds_export(plan, &previous, settings, &key.layout)),
+    }
+}
+
+/// What a commit works from: the settings the shards of a run ran with, the output's sink, the
+/// plan of their sources and its chain.
+struct Reopened {
+    settings: UnwindSettings,
+    sink: Box<dyn sink::Sink>,
+    plan: Plan,
+    chain: Option<Chain>,
+    chain_state: Option<crate::state::RunState>,
+}
+
+/// Opens the output under `area` for the commit of the shards of run `key`, with their sources
+/// resolved again (manifests only) and checked to be the files and the chain they read.
+/// `Err(UpToDate)` when the output already holds what the shards wrote (an export or a chain
+/// it holds, with options that make the same files): the commit is a no-op, as one run's re-run
+/// is, and the shards (of a run whose result is already published) are removed.
+fn reopen(key: &RunKey, area: &ShardArea, target: &Target, aws: &AwsOptions) -> Result<Reopened, UnwindError> {
+    let inconsistent = |reason: String| UnwindError::from(ShardError::Inconsistent { out: area.shown(), reason });
+    let mut settings =
+        key.settings(target).map_err(|e| inconsistent(format!("a recorded source does not parse: {e}")))?;
+    settings.aws = aws.clone();
+    let sink = sink::open(
+        target,
+        &SinkSettings {
+            format: settings.format,
+            overwrite: false,
+            row_group_rows: settings.row_groups.rows,
+            aws: aws.clone(),
+        },
+    )?;
+    // The export must still be the one the shards read (the base kept is read from it).
+    let plan = source::resolve(&settings.sources, aws, &settings.scan, &sink.scratch().join(super::SCAN_SPOOL))?;
+    if files_key(&plan) != key.files {
+        return Err(inconsistent("the sources no longer resolve to the files the shards read".into()));
+    }
+    let chain = chain_of(&plan, &settings)?;
+    if chain.is_some() != key.chain {
+        return Err(inconsistent("the sources no longer form the chain the shards read".into()));
+    }
+    let chain_state = chain.as_ref().map(|c| crate::state::of_chain(&plan.exports, c, &[], key.layout.mapping.clone()));
+    let held = match &chain_state {
+        Some(next) => apply::refuse_up_to_date(&settings, &key.layout, sink.as_ref(), next),
+        None => apply::refuse_same_export(&plan, &settings, &key.layout, sink.as_ref()),
+    };
+    match held {
+        Err(e @ UnwindError::UpToDate { .. }) => {
+            drop(sink);
+            if let Err(e) = area.remove_all() {
+                tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the shards");
+            }
+            Err(e)
+        }
+        Err(e) => Err(e),
+        Ok(()) => Ok(Reopened { settings, sink, plan, chain, chain_state }),
+    }
+}
+
+/// The commit of shards that all found the output holding what their run would write (and
+/// read nothing): a no-op when it still does, the shards removed; refused when it no longer
+/// does (the shards must run again).
+fn commit_held(
+    area: &ShardArea,
+    listing: &crate::sink::shard::Listing,
+    target: &Target,
+    aws: &AwsOptions,
+) -> Result<UnwindSummary, UnwindError> {
+    let shown = area.shown();
+    let mut held = Vec::with_capacity(listing.held.len());
+    for (s, _) in &listing.held {
+        let path = area.held_shown(*s);
+        let Some(bytes) = area.read_held(*s)? else { continue };
+        let f: HeldFile = parse_json(&bytes, &path)?;
+        if f.format != SHARD_FORMAT || f.shard != *s {
+            return Err(damaged(&path)(format!("layout version {} of shard {}", f.format, f.shard)).into());
+        }
+        held.push(f);
+    }
+    let mut runs: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
+    for f in &held {
+        runs.entry((f.key.fingerprint(), f.shard.count)).or_default().push(f.shard.index);
+    }
+    let (key, count, indexes) = match (runs.len(), held.first()) {
+        (1, Some(first)) => (&first.key, first.shard.count, runs.into_values().next().unwrap_or_default()),
+        (0, _) | (_, None) => return Err(ShardError::NoShards { out: shown }.into()),
+        (n, _) => {
+            let list = runs
+                .iter()
+                .map(|((f, n), ix)| {
+                    format!("run `{}` of {n} shards (shards {})", &f[..f.len().min(12)], list_shards(ix))
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(ShardError::SeveralRuns { out: shown, runs: n, list }.into());
+        }
+    };
+    let missing: Vec<u32> = (0..count).filter(|i| !indexes.contains(i)).collect();
+    if !missing.is_empty() {
+        return Err(ShardError::Missing { out: shown, missing: list_shards(&missing), count }.into());
+    }
+    reopen(key, area, target, aws)?;
+    Err(ShardError::NoLongerHeld { out: shown }.into())
+}
+
 /// Every shard's shapes, merged in shard order, and `shard`'s own shape file.
 struct Agreed {
     shapes: BTreeMap<String, EntityShape>,
@@ -567,7 +736,10 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     let shown = area.shown();
     let listing = area.list()?;
     if listing.shards.is_empty() {
-        return Err(ShardError::NoShards { out: shown }.into());
+        if listing.held.is_empty() {
+            return Err(ShardError::NoShards { out: shown }.into());
+        }
+        return commit_held(&area, &listing, target, aws);
     }
     let mut manifests: Vec<(ShardPlace, ShardManifest)> = Vec::with_capacity(listing.shards.len());
     for (_, place) in &listing.shards {
@@ -593,6 +765,19 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
     }
     let count = manifests[0].1.shard.count;
     let missing: Vec<u32> = (0..count).filter(|i| !manifests.iter().any(|(_, m)| m.shard.index == *i)).collect();
+    let held: Vec<u32> = missing
+        .iter()
+        .copied()
+        .filter(|i| listing.held.iter().any(|(s, _)| s.index == *i && s.count == count))
+        .collect();
+    if !held.is_empty() {
+        let reason = format!(
+            "shard{} {} found it holding what the run would write and wrote nothing, while the others wrote theirs: it changed between them",
+            if held.len() == 1 { "" } else { "s" },
+            list_shards(&held)
+        );
+        return Err(ShardError::Inconsistent { out: shown, reason }.into());
+    }
     if !missing.is_empty() {
         return Err(ShardError::Missing { out: shown, missing: list_shards(&missing), count }.into());
     }
@@ -625,50 +810,13 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         return Err(inconsistent(format!("the shards read {next} of the plan's {plan_files} files")));
     }
 
-    // The settings the shards ran with.
-    let mut settings =
-        key.settings(target).map_err(|e| inconsistent(format!("a recorded source does not parse: {e}")))?;
+    // The settings the shards ran with, and the output (already holding what the shards wrote:
+    // a no-op, the shards removed).
+    let Reopened { mut settings, mut sink, mut plan, chain, chain_state } = reopen(&key, &area, target, aws)?;
     settings.threads = first.threads;
-    settings.aws = aws.clone();
     // A chain's changes are routed with the shards' mapping.
     if let (true, Some(hash)) = (key.chain, &key.layout.mapping) {
         settings.mapping = Some(Arc::new(recorded_mapping(&first.mapping_files, hash).map_err(&inconsistent)?));
-    }
-
-    let mut sink = sink::open(
-        target,
-        &SinkSettings {
-            format: settings.format,
-            overwrite: false,
-            row_group_rows: settings.row_groups.rows,
-            aws: aws.clone(),
-        },
-    )?;
-    // The export must still be the one the shards read (the base kept is read from it).
-    let mut plan = source::resolve(&settings.sources, aws, &settings.scan, &sink.scratch().join(super::SCAN_SPOOL))?;
-    if files_key(&plan) != key.files {
-        return Err(inconsistent("the sources no longer resolve to the files the shards read".into()));
-    }
-    let chain = chain_of(&plan, &settings)?;
-    if chain.is_some() != key.chain {
-        return Err(inconsistent("the sources no longer form the chain the shards read".into()));
-    }
-    let chain_state = chain.as_ref().map(|c| crate::state::of_chain(&plan.exports, c, &[], key.layout.mapping.clone()));
-    // An export or a chain the output already holds: the commit is a no-op, as one run's re-run
-    // is, and the shards (of a run whose result is already published) go.
-    let held = match &chain_state {
-        Some(next) => apply::refuse_up_to_date(&settings, &key.layout, sink.as_ref(), next),
-        None => apply::refuse_same_export(&plan, &settings, &key.layout, sink.as_ref()),
-    };
-    match held {
-        Err(e @ UnwindError::UpToDate { .. }) => {
-            drop(sink);
-            if let Err(e) = area.remove_all() {
-                tracing::warn!(path = %area.root_shown(), error = %e, "cannot remove the shards");
-            }
-            return Err(e);
-        }
-        other => other?,
     }
     let keeping = apply::keep_base(&mut plan, sink.as_ref(), target, aws, chain.is_none(), settings.threads, false)?;
     let scratch = sink.scratch().to_owned();

@@ -576,6 +576,31 @@ pub fn write(dir: &Path, manifest: &RunManifest, schemas: &[TableSchema]) -> std
     std::fs::write(dir.join(RUN_MANIFEST), manifest.to_bytes())
 }
 
+/// The run manifest (`_etl/run.json`) of the output committed at `target`; `None` when it holds
+/// none. For a process that writes no output of its own (a shard that finds the output holding
+/// its run): a run reads it through its sink ([`super::Sink::previous`]).
+pub fn read_committed(
+    target: &crate::store::Target,
+    aws: &crate::aws::AwsOptions,
+) -> Result<Option<RunManifest>, super::SinkError> {
+    use crate::store::Target;
+    match target {
+        Target::Path(dir) => {
+            if !dir.join(RUN_MANIFEST).is_file() && super::local::interrupted_publish(dir).is_none() {
+                return Ok(None);
+            }
+            Ok(Some(RunManifest::read(dir)?))
+        }
+        Target::Object(url) => crate::store::io_runtime().block_on(async {
+            let store = crate::store::open(url, aws).await?;
+            match get(&store, url, format!("{}{RUN_MANIFEST}", url.dir_prefix())).await? {
+                Some((shown, bytes)) => Ok(Some(RunManifest::parse(&shown, &bytes)?)),
+                None => Ok(None),
+            }
+        }),
+    }
+}
+
 /// The schema contracts of the output committed at `target`, one per table its run manifest
 /// lists that has one (`_rejects` has none); `None` when `target` holds no committed output (no
 /// `_etl/run.json`). Local: `_etl/schema/<table>.json`. Object stores: the committed run's own

@@ -6,6 +6,8 @@
 //! ```text
 //! OUT/_etl/shards/
 //!   infer-00002-of-00004.json     shard 2's shapes (`--phase infer`)
+//!   held-00002-of-00004.json      shard 2 found the output holding what it would write, and
+//!                                 read nothing (either phase)
 //!   shard-00002-of-00004/         shard 2's part files and, written last, `shard.json`
 //!   .attempt-00002-of-00004-<pid>-<nanos>/   an attempt still running, or one that crashed
 //! ```
@@ -70,6 +72,11 @@ fn infer_name(shard: Shard) -> String {
     format!("infer-{}.json", tag(shard))
 }
 
+/// `held-IIIII-of-NNNNN.json`.
+fn held_name(shard: Shard) -> String {
+    format!("held-{}.json", tag(shard))
+}
+
 /// Where shard `shard`'s committed attempt is.
 pub fn shard_dir(out: &Path, shard: Shard) -> PathBuf {
     root(out).join(format!("shard-{}", tag(shard)))
@@ -88,6 +95,8 @@ fn parse_name(name: &str, prefix: &str, suffix: &str) -> Option<Shard> {
 pub struct Listing {
     pub shards: Vec<(Shard, ShardPlace)>,
     pub infer: Vec<(Shard, String)>,
+    /// Shards that found the output holding what they would write, and wrote nothing else.
+    pub held: Vec<(Shard, String)>,
     /// Attempts still running or crashed (hidden folders), and names etl did not write.
     pub other: Vec<PathBuf>,
 }
@@ -113,12 +122,15 @@ pub fn list(out: &Path) -> Result<Listing, SinkError> {
             }
         } else if let Some(s) = parse_name(&name, "infer-", ".json") {
             l.infer.push((s, path.display().to_string()));
+        } else if let Some(s) = parse_name(&name, "held-", ".json") {
+            l.held.push((s, path.display().to_string()));
         } else {
             l.other.push(path);
         }
     }
     l.shards.sort();
     l.infer.sort();
+    l.held.sort();
     l.other.sort();
     Ok(l)
 }
@@ -200,10 +212,38 @@ impl ShardArea {
 
     /// Writes shard `shard`'s shapes, replacing an earlier attempt's, in one step.
     pub fn write_infer(&self, shard: Shard, bytes: &[u8]) -> Result<(), SinkError> {
+        self.write_file(&infer_name(shard), bytes)
+    }
+
+    /// Shard `shard`'s shapes, if its `--phase infer` has finished.
+    pub fn read_infer(&self, shard: Shard) -> Result<Option<Vec<u8>>, SinkError> {
+        self.read_file(&infer_name(shard))
+    }
+
+    /// Where shard `shard` says it found the output holding its run, as shown to the user.
+    pub fn held_shown(&self, shard: Shard) -> String {
         match self {
-            ShardArea::Folder(out) => write_atomically(&infer_path(out, shard), bytes),
+            ShardArea::Folder(out) => root(out).join(held_name(shard)).display().to_string(),
+            ShardArea::Prefix { url, .. } => url.url_of(&Self::key(url, &held_name(shard))),
+        }
+    }
+
+    /// Writes that shard `shard` found the output holding its run, in one step.
+    pub fn write_held(&self, shard: Shard, bytes: &[u8]) -> Result<(), SinkError> {
+        self.write_file(&held_name(shard), bytes)
+    }
+
+    /// What shard `shard` wrote when it found the output holding its run, if it did.
+    pub fn read_held(&self, shard: Shard) -> Result<Option<Vec<u8>>, SinkError> {
+        self.read_file(&held_name(shard))
+    }
+
+    /// Writes the area's file `name`, replacing it in one step.
+    fn write_file(&self, name: &str, bytes: &[u8]) -> Result<(), SinkError> {
+        match self {
+            ShardArea::Folder(out) => write_atomically(&root(out).join(name), bytes),
             ShardArea::Prefix { store, url } => {
-                let key = Self::key(url, &infer_name(shard));
+                let key = Self::key(url, name);
                 io_runtime()
                     .block_on(async { store.put(&ObjPath::from(key.as_str()), PutPayload::from(bytes.to_vec())).await })
                     .map(|_| ())
@@ -212,11 +252,11 @@ impl ShardArea {
         }
     }
 
-    /// Shard `shard`'s shapes, if its `--phase infer` has finished.
-    pub fn read_infer(&self, shard: Shard) -> Result<Option<Vec<u8>>, SinkError> {
+    /// The area's file `name`, if it is there.
+    fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>, SinkError> {
         match self {
-            ShardArea::Folder(out) => read_if_there(&infer_path(out, shard)),
-            ShardArea::Prefix { store, url } => get_if_there(store, url, &Self::key(url, &infer_name(shard))),
+            ShardArea::Folder(out) => read_if_there(&root(out).join(name)),
+            ShardArea::Prefix { store, url } => get_if_there(store, url, &Self::key(url, name)),
         }
     }
 
@@ -271,10 +311,13 @@ impl ShardArea {
                         l.shards.push((s, format!("{prefix}{name}/")));
                     } else if let Some(s) = parse_name(rel, "infer-", ".json") {
                         l.infer.push((s, key.clone()));
+                    } else if let Some(s) = parse_name(rel, "held-", ".json") {
+                        l.held.push((s, key.clone()));
                     }
                 }
                 l.shards.sort();
                 l.infer.sort();
+                l.held.sort();
                 Ok(l)
             }
         }

@@ -137,19 +137,91 @@ fn shards_agree_on_types_and_the_commit_equals_one_run() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("holds no finished shard"), "{}", r.stderr);
     assert_eq!(crate::common::tree(&out), before);
-    // The same export sharded again onto its output: the commit is a no-op, as a re-run of one
-    // process is (it once published the same rows again), and the shards go.
-    let report = std::fs::read(out.join("_etl/run.json")).unwrap();
-    let r = shard_and_commit(&[&export], &out, 3, &[]);
+}
+
+/// The same export sharded again onto the output that holds it: every shard finds that, as a
+/// re-run of one process does, reads nothing and says so in a small file; the commit checks
+/// again and is a no-op. When the output changes between the shards and the commit, or between
+/// shards, the commit refuses and publishes nothing.
+#[test]
+fn shards_of_a_run_the_output_holds_read_nothing_and_the_commit_is_a_no_op() {
+    let tmp = tempfile::tempdir().unwrap();
+    let export = disagreeing_export(&tmp.path().join("src"));
+    let out = tmp.path().join("sharded");
+    shard_and_commit(&[&export], &out, 3, &[]);
+    let before = crate::common::tree(&out);
+    for phase in ["infer", "write"] {
+        for i in 0..3 {
+            let r = shard(&export, &out, i, 3, phase, 0);
+            assert!(r.stderr.contains("already holds what this run would write; nothing read"), "{}", r.stderr);
+            assert!(!r.stderr.contains(&format!("shard {i}/3: read ")), "{}", r.stderr);
+        }
+    }
+    // Only the shards' notes are new, and nothing but them is in the shards' area.
+    let shards: Vec<String> = std::fs::read_dir(out.join("_etl/shards"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(shards, ["held-00000-of-00003.json", "held-00001-of-00003.json", "held-00002-of-00003.json"]);
+    let r = etl(["commit", out.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("nothing to apply, nothing rewritten"), "{}", r.stderr);
-    assert_eq!(std::fs::read(out.join("_etl/run.json")).unwrap(), report, "nothing was published");
-    assert!(!out.join("_etl/shards").exists(), "the shards of the no-op run are gone");
-    assert_eq!(crate::common::tree(&out), before);
-    // Sharded with another option that decides the files: published again.
-    let r = shard_and_commit(&[&export], &out, 3, &["--row-group-rows", "1000"]);
+    assert!(!out.join("_etl/shards").exists(), "the shards' notes are gone");
+    assert_eq!(crate::common::tree(&out), before, "nothing was published");
+    // One process of the same export: a no-op too. The shards found what it finds.
+    let r = unwind(&[&export], &out, &[], 0);
+    assert!(r.stderr.contains("nothing to apply, nothing rewritten"), "{}", r.stderr);
+
+    // A Delta output keeps the shards' area while other runs commit into its tables (a folder
+    // of Parquet tables is swapped whole, the area with it). The shards find the output holding
+    // their run, then it changes (a run with other options that decide the files): the commit
+    // refuses, publishes nothing, and says to run them again.
+    let delta = tmp.path().join("delta");
+    let d = ["--format", "delta"];
+    shard_and_commit(&[&export], &delta, 3, &d);
+    let layout = run_report(&delta)["options"]["layout"].clone();
+    for phase in ["infer", "write"] {
+        for i in 0..3 {
+            let spec = format!("{i}/3");
+            let r = unwind(&[&export], &delta, &["--shard", &spec, "--phase", phase, d[0], d[1]], 0);
+            assert!(r.stderr.contains("already holds what this run would write"), "{}", r.stderr);
+        }
+    }
+    unwind(&[&export], &delta, &[d[0], d[1], "--row-group-rows", "1000"], 0);
+    let changed = crate::common::tree(&delta);
+    let r = etl(["commit", delta.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("no longer holds it") && r.stderr.contains("hint:"), "{}", r.stderr);
+    assert_eq!(crate::common::tree(&delta), changed, "nothing was published");
+    // Run again, the shards read the export and the commit publishes their run.
+    std::fs::remove_dir_all(delta.join("_etl/shards")).unwrap();
+    let r = shard_and_commit(&[&export], &delta, 3, &d);
     assert!(!r.stderr.contains("nothing to apply"), "{}", r.stderr);
-    assert_eq!(run_report(&out)["options"]["layout"]["row_group_rows"], 1000);
-    assert_eq!(tables(&out), tables(&single), "the same rows");
+    assert_eq!(run_report(&delta)["options"]["layout"], layout);
+
+    // Shards 1 and 2 write theirs, the output then comes to hold their run, and shard 0 finds
+    // it holding it: one run's shards disagree, and the commit refuses.
+    let other = [d[0], d[1], "--row-group-rows", "500"];
+    for phase in ["infer", "write"] {
+        for i in (0..3).filter(|&i| phase == "infer" || i > 0) {
+            let spec = format!("{i}/3");
+            let mut args = vec!["--shard", spec.as_str(), "--phase", phase];
+            args.extend_from_slice(&other);
+            unwind(&[&export], &delta, &args, 0);
+        }
+    }
+    unwind(&[&export], &delta, &other, 0);
+    let mut args = vec!["--shard", "0/3", "--phase", "write"];
+    args.extend_from_slice(&other);
+    let r = unwind(&[&export], &delta, &args, 0);
+    assert!(r.stderr.contains("already holds what this run would write"), "{}", r.stderr);
+    let held = crate::common::tree(&delta);
+    let r = etl(["commit", delta.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("shard 0 found it holding what the run would write"), "{}", r.stderr);
+    assert_eq!(crate::common::tree(&delta), held, "nothing was published");
 }
 
 #[test]

@@ -88,6 +88,21 @@ fn shards_on_s3_commit_the_files_shards_in_a_folder_commit() {
     }
     assert_eq!(s3_table_bytes(m, &bucket, "out/", &report), local_table_bytes(&folder));
 
+    // The same shards again: each finds the prefix holding their run and writes only its note;
+    // the commit checks again and publishes nothing, the notes removed.
+    let before = s3_get(m, &bucket, "out/_etl/run.json");
+    for phase in ["infer", "write"] {
+        for i in 0..2 {
+            shard_s3(m, &export, &out, i, 2, phase);
+        }
+    }
+    let shards: Vec<String> = s3_keys(m, &bucket, "out/_etl/shards/").into_iter().collect();
+    assert_eq!(shards, ["out/_etl/shards/held-00000-of-00002.json", "out/_etl/shards/held-00001-of-00002.json"]);
+    let r = etl_aws(m, &["commit", &out], 0);
+    assert!(r.stderr.contains("nothing to apply, nothing rewritten"), "{}", r.stderr);
+    assert_eq!(s3_get(m, &bucket, "out/_etl/run.json"), before, "nothing was published");
+    assert!(s3_keys(m, &bucket, "out/_etl/shards/").is_empty());
+
     // Rows as `etl sql` reads them equal one run's over the local export.
     let single = tmp.path().join("single");
     unwind(&[&local], &single, &[], 0);
