@@ -655,30 +655,36 @@ fn commit_held(
         }
         held.push(f);
     }
-    let mut runs: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
-    for f in &held {
-        runs.entry((f.key.fingerprint(), f.shard.count)).or_default().push(f.shard.index);
-    }
-    let (key, count, indexes) = match (runs.len(), held.first()) {
-        (1, Some(first)) => (&first.key, first.shard.count, runs.into_values().next().unwrap_or_default()),
-        (0, _) | (_, None) => return Err(ShardError::NoShards { out: shown }.into()),
-        (n, _) => {
-            let list = runs
-                .iter()
-                .map(|((f, n), ix)| {
-                    format!("run `{}` of {n} shards (shards {})", &f[..f.len().min(12)], list_shards(ix))
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(ShardError::SeveralRuns { out: shown, runs: n, list }.into());
-        }
-    };
-    let missing: Vec<u32> = (0..count).filter(|i| !indexes.contains(i)).collect();
+    let ran: Vec<(String, Shard)> = held.iter().map(|f| (f.key.fingerprint(), f.shard)).collect();
+    let (count, missing) = one_run(&shown, &ran)?;
     if !missing.is_empty() {
         return Err(ShardError::Missing { out: shown, missing: list_shards(&missing), count }.into());
     }
-    reopen(key, area, target, aws)?;
+    let Some(first) = held.first() else { return Err(ShardError::NoShards { out: shown }.into()) };
+    reopen(&first.key, area, target, aws)?;
     Err(ShardError::NoLongerHeld { out: shown }.into())
+}
+
+/// The shard count of the one run that `shards` (each with its run's fingerprint) are of, and
+/// the indexes of that run's shards missing from them; refused when they are of several runs (or
+/// none).
+fn one_run(out: &str, shards: &[(String, Shard)]) -> Result<(u32, Vec<u32>), ShardError> {
+    let mut runs: BTreeMap<(&str, u32), Vec<u32>> = BTreeMap::new();
+    for (fingerprint, s) in shards {
+        runs.entry((fingerprint.as_str(), s.count)).or_default().push(s.index);
+    }
+    if runs.len() > 1 {
+        let list = runs
+            .iter()
+            .map(|((f, n), ix)| format!("run `{}` of {n} shards (shards {})", &f[..f.len().min(12)], list_shards(ix)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(ShardError::SeveralRuns { out: out.to_owned(), runs: runs.len(), list });
+    }
+    let Some(((_, count), indexes)) = runs.pop_first() else {
+        return Err(ShardError::NoShards { out: out.to_owned() });
+    };
+    Ok((count, (0..count).filter(|i| !indexes.contains(i)).collect()))
 }
 
 /// Every shard's shapes, merged in shard order, and `shard`'s own shape file.
@@ -750,21 +756,8 @@ pub fn commit(target: &Target, aws: &AwsOptions, progress: &Progress) -> Result<
         }
         manifests.push((place.clone(), m));
     }
-    // One run: one fingerprint and one shard count.
-    let mut runs: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
-    for (_, m) in &manifests {
-        runs.entry((m.key.fingerprint(), m.shard.count)).or_default().push(m.shard.index);
-    }
-    if runs.len() > 1 {
-        let list = runs
-            .iter()
-            .map(|((f, n), ix)| format!("run `{}` of {n} shards (shards {})", &f[..f.len().min(12)], list_shards(ix)))
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(ShardError::SeveralRuns { out: shown, runs: runs.len(), list }.into());
-    }
-    let count = manifests[0].1.shard.count;
-    let missing: Vec<u32> = (0..count).filter(|i| !manifests.iter().any(|(_, m)| m.shard.index == *i)).collect();
+    let ran: Vec<(String, Shard)> = manifests.iter().map(|(_, m)| (m.key.fingerprint(), m.shard)).collect();
+    let (count, missing) = one_run(&shown, &ran)?;
     let held: Vec<u32> = missing
         .iter()
         .copied()
