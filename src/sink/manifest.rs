@@ -585,20 +585,32 @@ pub fn read_committed(
 ) -> Result<Option<RunManifest>, super::SinkError> {
     use crate::store::Target;
     match target {
-        Target::Path(dir) => {
-            if !dir.join(RUN_MANIFEST).is_file() && super::local::interrupted_publish(dir).is_none() {
-                return Ok(None);
-            }
-            Ok(Some(RunManifest::read(dir)?))
-        }
+        Target::Path(dir) => local_committed(dir),
         Target::Object(url) => crate::store::io_runtime().block_on(async {
             let store = crate::store::open(url, aws).await?;
-            match get(&store, url, format!("{}{RUN_MANIFEST}", url.dir_prefix())).await? {
-                Some((shown, bytes)) => Ok(Some(RunManifest::parse(&shown, &bytes)?)),
-                None => Ok(None),
-            }
+            object_committed(&store, url).await
         }),
     }
+}
+
+/// The committed run manifest of the output folder `dir` (after a publish interrupted between
+/// its two renames, the one it committed), if it holds one.
+fn local_committed(dir: &Path) -> Result<Option<RunManifest>, super::SinkError> {
+    if !dir.join(RUN_MANIFEST).is_file() && super::local::interrupted_publish(dir).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(RunManifest::read(dir)?))
+}
+
+/// The committed run manifest under the object-store prefix `url`, if it holds one.
+async fn object_committed(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    url: &crate::store::ObjectUrl,
+) -> Result<Option<RunManifest>, super::SinkError> {
+    let Some((shown, bytes)) = get(store, url, format!("{}{RUN_MANIFEST}", url.dir_prefix())).await? else {
+        return Ok(None);
+    };
+    Ok(Some(RunManifest::parse(&shown, &bytes)?))
 }
 
 /// The schema contracts of the output committed at `target`, one per table its run manifest
@@ -613,10 +625,7 @@ pub fn read_contracts(
     use crate::store::Target;
     match target {
         Target::Path(dir) => {
-            if !dir.join(RUN_MANIFEST).is_file() && super::local::interrupted_publish(dir).is_none() {
-                return Ok(None);
-            }
-            let manifest = RunManifest::read(dir)?;
+            let Some(manifest) = local_committed(dir)? else { return Ok(None) };
             let mut out = Vec::new();
             for name in contract_names(&manifest) {
                 let path = dir.join(SCHEMA_DIR).join(format!("{name}.json"));
@@ -645,8 +654,7 @@ async fn read_object_contracts(
 ) -> Result<Option<Vec<TableSchema>>, super::SinkError> {
     let store = crate::store::open(url, aws).await?;
     let prefix = url.dir_prefix();
-    let Some((shown, bytes)) = get(&store, url, format!("{prefix}{RUN_MANIFEST}")).await? else { return Ok(None) };
-    let manifest = RunManifest::parse(&shown, &bytes)?;
+    let Some(manifest) = object_committed(&store, url).await? else { return Ok(None) };
     let dir = match &manifest.run_id {
         Some(id) if is_confined(id) && !id.contains('/') => format!("{prefix}_etl/runs/{id}/schema"),
         _ => format!("{prefix}{SCHEMA_DIR}"),
