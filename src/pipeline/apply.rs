@@ -35,6 +35,7 @@ use super::UnwindError;
 use super::chain::Onto;
 use super::pool;
 use crate::aws::AwsOptions;
+use crate::normalize::identity::IdentityKeys;
 use crate::sink::manifest::FileLayout;
 use crate::sink::{RunManifest, Sink, SinkError};
 use crate::source::chain::{Chain, ChainError, export_id, same_export};
@@ -689,6 +690,54 @@ pub fn keep_compacted(
     Ok(Some(KeptCompacted { export: e, millis }))
 }
 
+/// The keys the new exports changed as each mapped table finds its rows
+/// ([`crate::normalize::identity::changed_keys`]), worked out on `threads` workers a run of keys
+/// each and put back together in order: the same result as one call over every key. Each key is
+/// decoded and matched against every entity's key templates, which took about 70 ms of one core
+/// for the 24K keys of a 1% apply of 2M items while the other core waited.
+pub fn changed_identities(
+    mapping: &crate::mapping::Mapping,
+    key_names: &[String],
+    keys: &[String],
+    threads: usize,
+) -> Result<std::collections::BTreeMap<String, Result<IdentityKeys, String>>, UnwindError> {
+    use crate::normalize::identity::changed_keys;
+    /// Keys per task: a few tasks per worker, each large enough to outweigh its start.
+    const RUN: usize = 2048;
+    let runs: Vec<&[String]> = keys.chunks(RUN).collect();
+    if runs.len() <= 1 || threads <= 1 {
+        return Ok(changed_keys(mapping, key_names, keys));
+    }
+    let parts = pool::run::<_, UnwindError>(
+        threads,
+        runs.len(),
+        |_| Ok(Vec::new()),
+        |out, i, _| {
+            out.push((i, changed_keys(mapping, key_names, runs[i])));
+            Ok(())
+        },
+    )?;
+    let mut parts: Vec<_> = parts.into_iter().flatten().collect();
+    parts.sort_by_key(|(i, _)| *i);
+    let mut all = std::collections::BTreeMap::new();
+    for (_, part) in parts {
+        for (table, found) in part {
+            match all.entry(table) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(found);
+                }
+                // A table's columns, or its reason for having none, depend on the mapping only.
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    if let (Ok(held), Ok(more)) = (o.get_mut(), found) {
+                        held.keys.extend(more.keys);
+                    }
+                }
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// The compacted export a run kept ([`keep_compacted`]).
 #[derive(Debug)]
 pub struct KeptCompacted {
@@ -804,5 +853,33 @@ mod tests {
             }
             other => panic!("expected a vanished data file, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn identities_worked_out_on_several_workers_are_those_of_one_pass() {
+        let mapping =
+            crate::mapping::parse_str(Path::new("ecommerce.toml"), include_str!("../../mappings/ecommerce.toml"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let key = |pk: String, sk: String| format!(r#"{{"PK":{{"S":"{pk}"}},"SK":{{"S":"{sk}"}}}}"#);
+        // Enough keys for several runs of them, of every entity, with keys no table holds.
+        let keys: Vec<String> = (0..7000)
+            .map(|i| match i % 6 {
+                0 => key(format!("USER#u{i}@example.com"), "PROFILE".into()),
+                1 => key(format!("USER#u{i}@example.com"), format!("ORDER#17500{i:05}#ORD-{i}")),
+                2 => key(format!("ORDER#ORD-{i}"), format!("ITEM#SKU-{i}")),
+                3 => key(format!("PRODUCT#SKU-{i}"), "METADATA".into()),
+                4 => key(format!("PRODUCT#SKU-{i}"), format!("REVIEW#17500{i:05}#r{i}@example.com")),
+                _ => format!("not a key {i}"),
+            })
+            .collect();
+        let names = vec!["PK".to_owned(), "SK".to_owned()];
+        let one = crate::normalize::identity::changed_keys(&mapping, &names, &keys);
+        assert!(one.values().all(|t| t.as_ref().is_ok_and(|k| k.keys.len() == keys.len())));
+        assert!(one["orders"].as_ref().is_ok_and(|k| k.keys.iter().filter(|r| !r.is_empty()).count() > 1000));
+        for threads in [1, 2, 3] {
+            assert_eq!(changed_identities(&mapping, &names, &keys, threads).unwrap(), one, "{threads} workers");
+        }
+        let none = crate::normalize::identity::changed_keys(&mapping, &names, &[]);
+        assert_eq!(changed_identities(&mapping, &names, &[], 2).unwrap(), none);
     }
 }

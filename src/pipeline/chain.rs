@@ -266,6 +266,29 @@ fn parse_file(
     Ok(out)
 }
 
+/// A window of incremental data files parsed before it is reduced takes files up to this many
+/// bytes (as stored, gzip) past its first `threads * 2`.
+const WINDOW_BYTES: u64 = 8 << 20;
+
+/// `tasks` (export position, plan file) cut into consecutive windows: each takes at least
+/// `min_files` files, and then more while the window's files (`size` of a plan file) stay within
+/// [`WINDOW_BYTES`].
+fn windows(tasks: &[(usize, usize)], size: impl Fn(usize) -> u64, min_files: usize) -> Vec<&[(usize, usize)]> {
+    let mut out = Vec::new();
+    let mut rest = tasks;
+    while !rest.is_empty() {
+        let (mut n, mut bytes) = (0, 0u64);
+        while n < rest.len() && (n < min_files.max(1) || bytes + size(rest[n].1) <= WINDOW_BYTES) {
+            bytes += size(rest[n].1);
+            n += 1;
+        }
+        let (window, next) = rest.split_at(n);
+        out.push(window);
+        rest = next;
+    }
+    out
+}
+
 /// Where the current images are written inside the scratch folder.
 const CURRENT_FILE: &str = "chain-current.jsonl";
 
@@ -307,6 +330,9 @@ impl Applier {
         // The incremental exports' data files in application order, parsed on `threads`
         // workers a window of files at a time (memory holds a window's records, not the
         // chain's) and reduced in order, so the result is the same whatever `threads` is.
+        // A window is `threads * 2` files, or more while they add up to less than
+        // `WINDOW_BYTES`: the workers wait while a window is reduced, and the small files of a
+        // 1% export were reduced four at a time.
         let tasks: Vec<(usize, usize)> = (0..a.chain.incrementals.len())
             .flat_map(|pos| plan.exports[a.chain.incrementals[pos]].files.clone().map(move |i| (pos, i)))
             .collect();
@@ -317,7 +343,7 @@ impl Applier {
         let (type_attribute, mapping) = (a.type_attribute.clone(), a.mapping.clone());
         let files = &plan.files;
         let threads = threads.max(1);
-        for window in tasks.chunks(threads * 2) {
+        for window in windows(&tasks, |i| files[i].size, threads * 2) {
             let parsed = super::pool::run::<_, UnwindError>(
                 threads,
                 window.len(),
@@ -643,6 +669,26 @@ impl Applier {
 mod tests {
     use super::*;
     use crate::decode::json::put_line;
+
+    #[test]
+    fn windows_take_small_files_together_and_large_ones_a_few_at_a_time() {
+        let tasks: Vec<(usize, usize)> = (0..10).map(|i| (0, i)).collect();
+        let cut = |size: &dyn Fn(usize) -> u64, min: usize| -> Vec<usize> {
+            windows(&tasks, size, min).iter().map(|w| w.len()).collect()
+        };
+        // Small files: one window, whatever the minimum.
+        assert_eq!(cut(&|_| 200_000, 4), vec![10]);
+        // Files larger than the bound: `min_files` at a time, the last window the rest.
+        assert_eq!(cut(&|_| WINDOW_BYTES, 4), vec![4, 4, 2]);
+        // Files of a quarter of the bound: the minimum, then as many as fit.
+        assert_eq!(cut(&|_| WINDOW_BYTES / 4, 2), vec![4, 4, 2]);
+        // A large file among small ones ends the window it would overflow, and starts the next.
+        assert_eq!(cut(&|i| if i == 5 { WINDOW_BYTES } else { 1000 }, 2), vec![5, 2, 3]);
+        // Every file in order, each once, and a minimum of 0 still makes progress.
+        let all: Vec<(usize, usize)> = windows(&tasks, |_| WINDOW_BYTES * 2, 0).concat();
+        assert_eq!(all, tasks);
+        assert!(windows(&[], |_| 1, 4).is_empty());
+    }
 
     #[test]
     fn keys_are_exact_and_canonical() {

@@ -97,13 +97,14 @@ pub fn locate(
     threads: usize,
 ) -> Result<Result<Located, String>, UnwindError> {
     use crate::sink::delta::merge::ChangedKeys;
-    // Decoded once: the changed keys as rows of the key attributes, for every inferred table,
-    // and as rows of each mapped table's identity columns.
-    let all_keys = ChangedKeys::decode(&applier.new_keys);
+    // Decoded once, by the workers: the changed keys as rows of the key attributes, for every
+    // inferred table (by the first worker that reads one), and as rows of each mapped table's
+    // identity columns (by the worker that reads the table).
+    let all_keys = std::sync::OnceLock::new();
     let mut mapped = BTreeMap::new();
     for (table, found) in identities {
         if let Ok(k) = found {
-            mapped.insert(table.as_str(), (k.columns.as_slice(), ChangedKeys::decode(&k.keys)));
+            mapped.insert(table.as_str(), (k.columns.as_slice(), k.keys.as_slice()));
         }
     }
     // Each table's label (none for a child table, whose rows are its parent's keys' too),
@@ -117,8 +118,8 @@ pub fn locate(
             return Ok(Err(format!("table `{}`: {reason}", t.name)));
         }
         let (names, keys) = match mapped.get(t.name.as_str()) {
-            Some((names, keys)) => (*names, keys),
-            None => (applier.key_names.as_slice(), &all_keys),
+            Some((names, keys)) => (*names, Some(*keys)),
+            None => (applier.key_names.as_slice(), None),
         };
         let label = match (&t.entity, &t.child_of) {
             (_, Some(_)) if mapped.contains_key(t.name.as_str()) => None,
@@ -141,7 +142,15 @@ pub fn locate(
         |_| Ok(Vec::<Found>::new()),
         |out, i, stop| {
             stop.check::<UnwindError>()?;
-            let (t, _, contract, names, keys) = &tasks[i];
+            let (t, _, contract, names, json) = &tasks[i];
+            let decoded;
+            let keys = match json {
+                Some(json) => {
+                    decoded = ChangedKeys::decode(json);
+                    &decoded
+                }
+                None => all_keys.get_or_init(|| ChangedKeys::decode(&applier.new_keys)),
+            };
             let at = ip.home.join(&t.name);
             let found = if crate::sink::delta::is_delta_output(&ip.previous) {
                 crate::sink::delta::merge::locate(&at, &t.name, contract, names, keys, txn_version)?

@@ -401,7 +401,7 @@ fn unwind_once(
     let txn_version = delta_txn_version(state.as_ref(), &plan);
     // Onto an output with a mapping: the changed keys as each mapped table finds its rows.
     let identities = match (settings.mapping.as_deref(), &chain, &onto) {
-        (Some(m), Some(c), Some(_)) => crate::normalize::identity::changed_keys(m, &c.key_names, &c.new_keys),
+        (Some(m), Some(c), Some(_)) => apply::changed_identities(m, &c.key_names, &c.new_keys, settings.threads)?,
         _ => Default::default(),
     };
     // In place: where the changed keys are in the output's tables, instead of the full export.
@@ -434,14 +434,31 @@ fn unwind_once(
         k.millis += keeping.when_read.millis();
     }
     let t_read = t_read.elapsed();
-    let compacted = match (&chain, kept) {
-        (Some(c), Some(_)) => apply::keep_compacted(c, &plan, &read.chain, sink.as_ref(), settings, &scratch)?,
-        _ => None,
-    };
 
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
-    let mut written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
+    // The chain's incremental exports are compacted and kept on a thread of their own while the
+    // tables are written: neither reads what the other writes, and compaction (gzip on one core)
+    // would otherwise leave the other core idle between the passes.
+    let (compacted, written) = std::thread::scope(|s| {
+        let compacting = match (&chain, kept) {
+            (Some(c), Some(_)) => {
+                Some(s.spawn(|| apply::keep_compacted(c, &plan, &read.chain, sink.as_ref(), settings, &scratch)))
+            }
+            _ => None,
+        };
+        let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read);
+        let compacted = match compacting.map(|h| h.join()) {
+            Some(Ok(kept)) => kept,
+            Some(Err(_)) => {
+                Err(UnwindError::Internal { message: "compacting the incremental exports panicked".into() })
+            }
+            None => Ok(None),
+        };
+        (compacted, written)
+    });
+    let compacted = compacted?;
+    let mut written = written?;
     if let Some(ip) = &in_place
         && let Err(reason) = in_place::complete(ip, &mut written)
     {
