@@ -299,19 +299,20 @@ pub fn rewrite(
     let mut order: Vec<(usize, usize)> =
         jobs.iter().enumerate().flat_map(|(t, js)| (0..js.len()).map(move |j| (t, j))).collect();
     order.sort_by_key(|&(t, j)| std::cmp::Reverse(jobs[t][j].bytes()));
-    type Done = ((usize, usize), Result<Option<FileReport>, String>);
+    // The jobs' row groups are the tasks, so a table of one large file is rewritten on every
+    // worker too.
+    let tasks = rewrite::Tasks::new(&jobs, &order, &ip.home, settings.threads)?;
     let workers = super::pool::run::<_, UnwindError>(
         settings.threads,
-        order.len(),
-        |_| Ok(Vec::<Done>::new()),
+        tasks.len(),
+        |_| Ok(Vec::<rewrite::Ended>::new()),
         |done, k, stop| {
             stop.check::<UnwindError>()?;
-            let (t, j) = order[k];
-            done.push(((t, j), rewrite::run(&jobs[t][j], sink, &ip.home, &fetched)?));
+            done.extend(tasks.run(k, sink, &ip.home, &fetched)?);
             Ok(())
         },
     )?;
-    let mut results: Vec<Done> = workers.into_iter().flatten().collect();
+    let mut results: Vec<rewrite::Ended> = workers.into_iter().flatten().collect();
     results.sort_by_key(|(at, _)| *at);
     let mut files: Vec<Vec<FileReport>> = vec![Vec::new(); tables.len()];
     for ((t, _), result) in results {

@@ -4,12 +4,17 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::arrow::arrow_writer::{
+    ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
+};
 use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+use datafusion::parquet::file::writer::SerializedFileWriter;
 
 use super::SinkError;
 use super::manifest::FileReport;
@@ -111,8 +116,8 @@ pub struct PartWriter {
     rel: String,
     path: PathBuf,
     writer: ArrowWriter<File>,
+    schema: SchemaRef,
     rows: u64,
-    row_groups: usize,
     /// Rows of the row group being written (encoded by parquet, not yet flushed).
     group_rows: u64,
 }
@@ -132,12 +137,9 @@ impl PartWriter {
             std::fs::create_dir_all(parent).map_err(SinkError::io("create", parent))?;
         }
         let file = File::create(&path).map_err(SinkError::io("create", &path))?;
-        let writer = ArrowWriter::try_new(file, schema, Some(props.clone())).map_err(|source| SinkError::Part {
-            table: table.to_owned(),
-            path: path.display().to_string(),
-            source,
-        })?;
-        Ok(PartWriter { table: table.to_owned(), rel, path, writer, rows: 0, row_groups: 0, group_rows: 0 })
+        let writer = ArrowWriter::try_new(file, schema.clone(), Some(props.clone()))
+            .map_err(|source| SinkError::Part { table: table.to_owned(), path: path.display().to_string(), source })?;
+        Ok(PartWriter { table: table.to_owned(), rel, path, writer, schema, rows: 0, group_rows: 0 })
     }
 
     /// Appends `batch` to the row group being written: parquet encodes and compresses it now,
@@ -159,7 +161,6 @@ impl PartWriter {
             return Ok(());
         }
         self.writer.flush().map_err(|source| self.error(source))?;
-        self.row_groups += 1;
         self.group_rows = 0;
         Ok(())
     }
@@ -172,10 +173,179 @@ impl PartWriter {
     pub fn close(mut self) -> Result<FileReport, SinkError> {
         self.end_row_group()?;
         let (table, path) = (self.table, self.path.display().to_string());
+        // The file's own count: the writer also cuts a row group at its row limit.
+        let row_groups =
+            self.writer.close().map_err(|source| SinkError::Part { table, path, source })?.num_row_groups();
+        super::start_writeback(&self.path);
+        let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
+        Ok(FileReport { path: self.rel, rows: self.rows, row_groups, bytes })
+    }
+}
+
+/// A part file made of row groups encoded away from it, on any thread ([`GroupEncoder`]), and
+/// appended in order: the same file, byte for byte, as a [`PartWriter`] given the same rows and
+/// the same row group ends. It lets the row groups of one file be encoded on several workers.
+pub struct PartAssembler {
+    table: String,
+    rel: String,
+    path: PathBuf,
+    writer: SerializedFileWriter<File>,
+    encoder: Arc<GroupEncoder>,
+    rows: u64,
+    row_groups: usize,
+}
+
+impl PartWriter {
+    /// This file, with no row written yet, to be made of row groups encoded elsewhere.
+    pub fn into_assembler(self) -> Result<PartAssembler, SinkError> {
+        let (table, rel, path) = (self.table, self.rel, self.path);
+        let err = |source| SinkError::Part { table: table.clone(), path: path.display().to_string(), source };
+        if self.rows > 0 {
+            return Err(err(datafusion::parquet::errors::ParquetError::General(
+                "a part file with rows cannot take row groups encoded elsewhere".into(),
+            )));
+        }
+        let (writer, factory) = self.writer.into_serialized_writer().map_err(err)?;
+        let max_rows = writer.properties().max_row_group_row_count().unwrap_or(usize::MAX).max(1);
+        let encoder = Arc::new(GroupEncoder {
+            factory,
+            schema: self.schema,
+            max_rows,
+            table: table.clone(),
+            path: path.display().to_string(),
+        });
+        Ok(PartAssembler { table, rel, path, writer, encoder, rows: 0, row_groups: 0 })
+    }
+}
+
+impl PartAssembler {
+    /// What encodes this file's row groups (shared by the workers).
+    pub fn encoder(&self) -> Arc<GroupEncoder> {
+        self.encoder.clone()
+    }
+
+    /// Appends row groups an [`Encoding`] of this file's encoder made, in their order.
+    pub fn append(&mut self, groups: Vec<EncodedGroup>) -> Result<(), SinkError> {
+        for g in groups {
+            let (table, path) = (&self.table, &self.path);
+            let err = |source| SinkError::Part { table: table.clone(), path: path.display().to_string(), source };
+            let mut row_group = self.writer.next_row_group().map_err(err)?;
+            for chunk in g.chunks {
+                chunk.append_to_row_group(&mut row_group).map_err(err)?;
+            }
+            row_group.close().map_err(err)?;
+            self.rows += g.rows;
+            self.row_groups += 1;
+        }
+        Ok(())
+    }
+
+    /// Finishes the file (footer included) and says what it holds, as [`PartWriter::close`].
+    pub fn close(self) -> Result<FileReport, SinkError> {
+        let (table, path) = (self.table, self.path.display().to_string());
         self.writer.close().map_err(|source| SinkError::Part { table, path, source })?;
         super::start_writeback(&self.path);
         let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
         Ok(FileReport { path: self.rel, rows: self.rows, row_groups: self.row_groups, bytes })
+    }
+}
+
+/// Encodes the row groups of one [`PartAssembler`]'s file, on whichever thread calls it.
+pub struct GroupEncoder {
+    factory: ArrowRowGroupWriterFactory,
+    /// The file's Arrow schema: a batch's columns are encoded as its fields.
+    schema: SchemaRef,
+    /// The writer properties' row limit: a row group is cut there, as [`ArrowWriter`] cuts it.
+    max_rows: usize,
+    /// The file's table and path, for errors.
+    table: String,
+    path: String,
+}
+
+impl GroupEncoder {
+    fn error(&self, source: datafusion::parquet::errors::ParquetError) -> SinkError {
+        SinkError::Part { table: self.table.clone(), path: self.path.clone(), source }
+    }
+}
+
+impl GroupEncoder {
+    /// Starts encoding the rows between two row group ends of a [`PartWriter`].
+    pub fn start(&self) -> Encoding<'_> {
+        Encoding { encoder: self, open: None, done: Vec::new() }
+    }
+}
+
+/// One row group, encoded and compressed, waiting to be appended to its file.
+pub struct EncodedGroup {
+    chunks: Vec<ArrowColumnChunk>,
+    rows: u64,
+}
+
+/// The rows [`GroupEncoder::start`] began: what a [`PartWriter`] writes between two calls of
+/// [`PartWriter::end_row_group`], as the row groups it would have made.
+pub struct Encoding<'a> {
+    encoder: &'a GroupEncoder,
+    /// The row group being encoded: its column writers and rows.
+    open: Option<(Vec<ArrowColumnWriter>, usize)>,
+    done: Vec<EncodedGroup>,
+}
+
+impl Encoding<'_> {
+    /// As [`PartWriter::write`]: in slices of [`WRITE_SLICE_ROWS`] rows, each cut where the row
+    /// limit falls.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        let rows = batch.num_rows();
+        let mut start = 0;
+        while start < rows {
+            let len = WRITE_SLICE_ROWS.min(rows - start);
+            self.write_slice(&batch.slice(start, len)).map_err(|e| self.encoder.error(e))?;
+            start += len;
+        }
+        Ok(())
+    }
+
+    fn write_slice(&mut self, batch: &RecordBatch) -> Result<(), datafusion::parquet::errors::ParquetError> {
+        let mut batch = batch.clone();
+        while batch.num_rows() > 0 {
+            let (writers, buffered) = match &mut self.open {
+                Some(open) => open,
+                // The index only matters to encryption, which etl does not use.
+                open => open.insert((self.encoder.factory.create_column_writers(0)?, 0)),
+            };
+            let take = batch.num_rows().min(self.encoder.max_rows - *buffered);
+            let part = batch.slice(0, take);
+            let mut leaves = writers.iter_mut();
+            for (field, column) in self.encoder.schema.fields().iter().zip(part.columns()) {
+                for leaf in compute_leaves(field.as_ref(), column)? {
+                    let Some(writer) = leaves.next() else {
+                        return Err(datafusion::parquet::errors::ParquetError::General(
+                            "more columns than the file's schema".into(),
+                        ));
+                    };
+                    writer.write(&leaf)?;
+                }
+            }
+            *buffered += take;
+            if *buffered >= self.encoder.max_rows {
+                self.cut()?;
+            }
+            batch = batch.slice(take, batch.num_rows() - take);
+        }
+        Ok(())
+    }
+
+    fn cut(&mut self) -> Result<(), datafusion::parquet::errors::ParquetError> {
+        if let Some((writers, rows)) = self.open.take() {
+            let chunks = writers.into_iter().map(ArrowColumnWriter::close).collect::<Result<Vec<_>, _>>()?;
+            self.done.push(EncodedGroup { chunks, rows: rows as u64 });
+        }
+        Ok(())
+    }
+
+    /// The row groups, the last one ended here (none when no row was written).
+    pub fn finish(mut self) -> Result<Vec<EncodedGroup>, SinkError> {
+        self.cut().map_err(|e| self.encoder.error(e))?;
+        Ok(self.done)
     }
 }
 

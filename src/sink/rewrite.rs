@@ -9,7 +9,10 @@
 //!   on an object store: a published file is never written again);
 //! - the others (downloaded first from an object store), rewritten without the rows of changed
 //!   keys, row group by row group (each keeps its row groups, less those rows), and in the
-//!   table's new schema: a column the table gained is null in the rows that were there before;
+//!   table's new schema: a column the table gained is null in the rows that were there before.
+//!   The row groups of local files are the workers' tasks ([`Tasks`]): each is read and encoded
+//!   by any worker and appended to its new file in order, so one large file does not leave the
+//!   other workers idle;
 //! - the staged rows, laid out in the table's schema, appended to the rewrite of the table's last
 //!   file while it is under the target file size (so a table does not gain a small file per
 //!   apply), else a file of their own.
@@ -231,6 +234,213 @@ pub fn run(
     }
 }
 
+/// What a job came to: its file (none when it was left without a row), or why its rows do not fit
+/// the table's schema.
+pub type Outcome = Result<Option<FileReport>, String>;
+
+/// A job (table, then job of [`plan`]'s) and what it came to.
+pub type Ended = ((usize, usize), Outcome);
+
+/// The jobs of [`plan`] as tasks for several workers. A job that reads local files only is one
+/// task per row group it reads, so the row groups of one large file are rewritten on every
+/// worker and appended to the new file in their order (the same file as one worker makes); a
+/// job that reads a file of an object store (downloaded whole while it runs), keeps or takes a
+/// file, is one task.
+pub struct Tasks<'a> {
+    jobs: &'a [Vec<Job>],
+    /// Each task: its job, and the row group it reads.
+    tasks: Vec<((usize, usize), Option<usize>)>,
+    /// By job, the row groups it reads, when they are its tasks.
+    assemblies: HashMap<(usize, usize), Assembly>,
+    /// How many row groups of a job may wait to be appended, encoded ahead of the next one.
+    ahead: usize,
+}
+
+/// A job made of row group tasks, and the file they make.
+struct Assembly {
+    groups: Vec<Piece>,
+    state: std::sync::Mutex<Assembling>,
+    /// Signalled whenever the next row group to append changes.
+    moved: std::sync::Condvar,
+}
+
+/// A row group a job reads: of its source `source`.
+struct Piece {
+    source: usize,
+    path: PathBuf,
+    meta: ArrowReaderMetadata,
+    row_group: usize,
+    first_row: u64,
+}
+
+#[derive(Default)]
+struct Assembling {
+    file: Option<super::parquet::PartAssembler>,
+    /// The next row group to append.
+    next: usize,
+    /// Row groups encoded before the next one, by their index.
+    parked: std::collections::BTreeMap<usize, Result<Vec<super::parquet::EncodedGroup>, String>>,
+    /// The first reason a row group gave: the job's outcome.
+    reason: Option<String>,
+    /// A task of the job failed (an error, a panic): the others stop waiting.
+    broken: bool,
+}
+
+impl<'a> Tasks<'a> {
+    /// `jobs` as tasks, the jobs in `order`, for `workers` workers. The files each job reads
+    /// locally have their footers read here.
+    pub fn new(jobs: &'a [Vec<Job>], order: &[(usize, usize)], out: &Home, workers: usize) -> Result<Self, SinkError> {
+        let mut tasks = Vec::new();
+        let mut assemblies = HashMap::new();
+        for &(t, j) in order {
+            match pieces(&jobs[t][j], out)? {
+                Some(groups) => {
+                    tasks.extend((0..groups.len()).map(|g| ((t, j), Some(g))));
+                    let state = std::sync::Mutex::new(Assembling::default());
+                    assemblies.insert((t, j), Assembly { groups, state, moved: std::sync::Condvar::new() });
+                }
+                None => tasks.push(((t, j), None)),
+            }
+        }
+        Ok(Tasks { jobs, tasks, assemblies, ahead: 2 * workers.max(1) })
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Runs task `k` (onto the output `out`, a file of an object store downloaded into
+    /// `scratch`): its job and the job's outcome when the task ended the job.
+    pub fn run(&self, k: usize, sink: &dyn Sink, out: &Home, scratch: &Path) -> Result<Option<Ended>, SinkError> {
+        let ((t, j), group) = self.tasks[k];
+        let job = &self.jobs[t][j];
+        let Some(g) = group else {
+            return Ok(Some(((t, j), run(job, sink, out, scratch)?)));
+        };
+        let Job::Write { table, part, schema, sources, .. } = job else {
+            return Ok(None);
+        };
+        let assembly = &self.assemblies[&(t, j)];
+        // Marks the job broken unless this task ends normally, so no task waits on it forever.
+        let mut guard = Broken { assembly, armed: true };
+        let encoder = {
+            let mut state = assembly.lock();
+            while g >= state.next + self.ahead && !state.broken {
+                state = assembly.moved.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+            if state.broken {
+                guard.armed = false;
+                return Ok(None);
+            }
+            if state.file.is_none() {
+                state.file = Some(sink.part(table, *part, schema.clone())?.into_assembler()?);
+            }
+            let skip = state.reason.is_some();
+            state.file.as_ref().map(|f| f.encoder()).filter(|_| !skip)
+        };
+        let encoded = match encoder {
+            // The job failed already: its rows are not needed.
+            None => Ok(Vec::new()),
+            Some(encoder) => {
+                let piece = &assembly.groups[g];
+                let file = fs::File::open(&piece.path).map_err(SinkError::io("open", &piece.path))?;
+                let group = Group { meta: &piece.meta, row_group: piece.row_group, first_row: piece.first_row };
+                let mut encoding = encoder.start();
+                let drop = &sources[piece.source].1;
+                match copy_group(&file, &piece.path, &group, drop, schema, table, &mut |b| encoding.write(b))? {
+                    Ok(()) => Ok(encoding.finish()?),
+                    Err(reason) => Err(reason),
+                }
+            }
+        };
+        let mut locked = assembly.lock();
+        let state = &mut *locked;
+        state.parked.insert(g, encoded);
+        while let Some(groups) = state.parked.remove(&state.next) {
+            match groups {
+                Ok(groups) if state.reason.is_none() => {
+                    if let Some(file) = state.file.as_mut() {
+                        file.append(groups)?;
+                    }
+                }
+                Ok(_) => {}
+                Err(reason) => {
+                    state.reason.get_or_insert(reason);
+                }
+            }
+            state.next += 1;
+        }
+        assembly.moved.notify_all();
+        guard.armed = false;
+        if state.next < assembly.groups.len() {
+            return Ok(None);
+        }
+        let file = state.file.take();
+        if let Some(reason) = state.reason.take() {
+            return Ok(Some(((t, j), Err(reason))));
+        }
+        let Some(file) = file else { return Ok(None) };
+        let report = file.close()?;
+        if report.rows == 0 {
+            if let Some(dir) = sink.staged() {
+                let path = dir.join(&report.path);
+                fs::remove_file(&path).map_err(SinkError::io("remove", &path))?;
+            }
+            return Ok(Some(((t, j), Ok(None))));
+        }
+        Ok(Some(((t, j), Ok(Some(report)))))
+    }
+}
+
+impl Assembly {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Assembling> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Marks its job's assembly broken when dropped armed: a task that returned an error or
+/// panicked before its row groups were parked.
+struct Broken<'a> {
+    assembly: &'a Assembly,
+    armed: bool,
+}
+
+impl Drop for Broken<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.assembly.lock().broken = true;
+            self.assembly.moved.notify_all();
+        }
+    }
+}
+
+/// The row groups `job` reads, when it writes a file from local files only; `None` for any
+/// other job (and one with no row group to read), which runs whole.
+fn pieces(job: &Job, out: &Home) -> Result<Option<Vec<Piece>>, SinkError> {
+    let Job::Write { table, sources, .. } = job else { return Ok(None) };
+    let mut groups = Vec::new();
+    for (i, (source, _)) in sources.iter().enumerate() {
+        let path = match (source, out) {
+            (Source::Staged(p), _) => p.clone(),
+            (Source::Output(rel), Home::Dir(d)) => d.join(rel),
+            (Source::Output(_), Home::Object { .. }) => return Ok(None),
+        };
+        let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
+        let meta = load(&file, &path, table)?;
+        let mut first_row = 0;
+        for row_group in 0..meta.metadata().num_row_groups() {
+            let piece = Piece { source: i, path: path.clone(), meta: meta.clone(), row_group, first_row };
+            first_row += Group { meta: &piece.meta, row_group, first_row }.rows();
+            groups.push(piece);
+        }
+    }
+    Ok((!groups.is_empty()).then_some(groups))
+}
+
 /// The rows of the file at `path`, less those at `drop`, laid out in `schema` into `writer`, one
 /// row group for each of the file's.
 fn copy_rows(
@@ -240,45 +450,85 @@ fn copy_rows(
     table: &str,
     writer: &mut super::PartWriter,
 ) -> Result<Result<(), String>, SinkError> {
-    let err = |source| SinkError::Part { table: table.to_owned(), path: path.display().to_string(), source };
     let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
-    let meta = ArrowReaderMetadata::load(&file, Default::default()).map_err(err)?;
-    let mut at = 0u64;
-    let mut next_drop = drop.iter().copied().peekable();
+    let meta = load(&file, path, table)?;
+    let mut first_row = 0u64;
     for rg in 0..meta.metadata().num_row_groups() {
-        let file = file.try_clone().map_err(SinkError::io("open", path))?;
-        let rows = meta.metadata().row_group(rg).num_rows().max(0) as u64;
-        let end = at + rows;
-        // The row group's rows less those dropped, as a row selection: the reader skips them
-        // instead of decoding them for a filter to copy every other row out.
-        let mut kept = Vec::new();
-        let mut from = 0usize;
-        while let Some(p) = next_drop.next_if(|&p| p < end) {
-            let p = (p - at) as usize;
-            if p > from {
-                kept.push(from..p);
-            }
-            from = p + 1;
+        let group = Group { meta: &meta, row_group: rg, first_row };
+        if let Err(reason) = copy_group(&file, path, &group, drop, schema, table, &mut |b| writer.write(b))? {
+            return Ok(Err(reason));
         }
-        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
-            .with_row_groups(vec![rg])
-            .with_batch_size(BATCH_ROWS);
-        if from > 0 {
-            if (from as u64) < rows {
-                kept.push(from..rows as usize);
-            }
-            builder =
-                builder.with_row_selection(RowSelection::from_consecutive_ranges(kept.into_iter(), rows as usize));
-        }
-        for batch in builder.build().map_err(err)? {
-            let batch = batch.map_err(|e| err(e.into()))?;
-            match lay_out(&batch, schema) {
-                Ok(laid) => writer.write(&laid)?,
-                Err(reason) => return Ok(Err(reason)),
-            }
-        }
-        at = end;
         writer.end_row_group()?;
+        first_row += group.rows();
+    }
+    Ok(Ok(()))
+}
+
+/// One row group of a file read back.
+struct Group<'a> {
+    meta: &'a ArrowReaderMetadata,
+    row_group: usize,
+    /// The file's rows before it.
+    first_row: u64,
+}
+
+impl Group<'_> {
+    fn rows(&self) -> u64 {
+        self.meta.metadata().row_group(self.row_group).num_rows().max(0) as u64
+    }
+}
+
+/// The footer of the Parquet file `file` (at `path`).
+fn load(file: &fs::File, path: &Path, table: &str) -> Result<ArrowReaderMetadata, SinkError> {
+    ArrowReaderMetadata::load(file, Default::default()).map_err(|source| SinkError::Part {
+        table: table.to_owned(),
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// The rows of `group` of the file `file` (at `path`) less those at `drop` (positions in the
+/// file, ascending), laid out in `schema`, handed to `write` batch by batch.
+fn copy_group(
+    file: &fs::File,
+    path: &Path,
+    group: &Group<'_>,
+    drop: &[u64],
+    schema: &SchemaRef,
+    table: &str,
+    write: &mut dyn FnMut(&RecordBatch) -> Result<(), SinkError>,
+) -> Result<Result<(), String>, SinkError> {
+    let err = |source| SinkError::Part { table: table.to_owned(), path: path.display().to_string(), source };
+    let (at, rows) = (group.first_row, group.rows());
+    let end = at + rows;
+    let dropped = &drop[drop.partition_point(|&p| p < at)..drop.partition_point(|&p| p < end)];
+    // The row group's rows less those dropped, as a row selection: the reader skips them
+    // instead of decoding them for a filter to copy every other row out.
+    let mut kept = Vec::new();
+    let mut from = 0usize;
+    for &p in dropped {
+        let p = (p - at) as usize;
+        if p > from {
+            kept.push(from..p);
+        }
+        from = from.max(p + 1);
+    }
+    let file = file.try_clone().map_err(SinkError::io("open", path))?;
+    let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, group.meta.clone())
+        .with_row_groups(vec![group.row_group])
+        .with_batch_size(BATCH_ROWS);
+    if from > 0 {
+        if (from as u64) < rows {
+            kept.push(from..rows as usize);
+        }
+        builder = builder.with_row_selection(RowSelection::from_consecutive_ranges(kept.into_iter(), rows as usize));
+    }
+    for batch in builder.build().map_err(err)? {
+        let batch = batch.map_err(|e| err(e.into()))?;
+        match lay_out(&batch, schema) {
+            Ok(laid) => write(&laid)?,
+            Err(reason) => return Ok(Err(reason)),
+        }
     }
     Ok(Ok(()))
 }
@@ -411,6 +661,138 @@ mod tests {
             vec![Arc::new(StringArray::from(vec![Some("x"), None]))],
         );
         assert!(lay_out(&one, &table).unwrap_err().contains("column `lines`"));
+    }
+
+    /// A job rewritten as row group tasks, taken by several workers in any order the pool can
+    /// give them, makes the same file, byte for byte, as the job run whole by one worker: rows
+    /// dropped in any row group (all of one), a row group over the row limit cut where the
+    /// writer cuts it, staged rows laid out into the table's schema and appended last. A row
+    /// that does not fit is the job's reason either way.
+    #[test]
+    fn a_file_rewritten_row_group_by_row_group_on_several_workers_is_the_file_one_worker_makes() {
+        use datafusion::arrow::array::Int64Array;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let table: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("pk", DataType::Utf8, true),
+            Field::new("n", DataType::Decimal128(38, 0), true),
+            Field::new("added", DataType::Boolean, true),
+        ]));
+        let rows = |from: i64, to: i64| {
+            batch(
+                vec![Field::new("pk", DataType::Utf8, true), Field::new("n", DataType::Int64, true)],
+                vec![
+                    Arc::new(StringArray::from_iter_values((from..to).map(|i| format!("K#{:04}", i % 300)))),
+                    Arc::new(Int64Array::from_iter((from..to).map(|i| (i % 7 != 0).then_some(i * 1_000_003)))),
+                ],
+            )
+        };
+        // The output's file: row groups of 400, 250 (all dropped), 500 and 30 rows, in the
+        // output's old schema (`n` an `int64`).
+        let old = rows(0, 1).schema();
+        let props = super::super::parquet::writer_properties(1 << 20);
+        let mut w = super::super::PartWriter::create(&out, "t", 0, old.clone(), &props).unwrap();
+        let mut at = 0;
+        for n in [400, 250, 500, 30] {
+            w.write(&rows(at, at + n)).unwrap();
+            w.end_row_group().unwrap();
+            at += n;
+        }
+        w.close().unwrap();
+        let mut drop: Vec<u64> = (0..1180).filter(|i| i % 13 == 5 || i % 97 == 0).collect();
+        drop.extend(400..650);
+        drop.sort_unstable();
+        drop.dedup();
+        // This run's rows, staged in a schema of their own.
+        let staged = dir.path().join("staged.parquet");
+        let mut w =
+            datafusion::parquet::arrow::ArrowWriter::try_new(fs::File::create(&staged).unwrap(), old, None).unwrap();
+        w.write(&rows(5000, 5120)).unwrap();
+        w.close().unwrap();
+
+        // Rows over the limit of 256 rows are cut there.
+        let sink = super::super::local::LocalSink::create(
+            &dir.path().join("new"),
+            false,
+            super::super::parquet::writer_properties(256),
+        )
+        .unwrap();
+        let job = |part: usize, schema: &SchemaRef| Job::Write {
+            table: "t".into(),
+            part,
+            schema: schema.clone(),
+            sources: vec![
+                (Source::Output("t/part-00000.parquet".into()), drop.clone()),
+                (Source::Staged(staged.clone()), Vec::new()),
+            ],
+            bytes: 1,
+        };
+        let home = Home::Dir(out.clone());
+        let scratch = dir.path().join("scratch");
+        let whole = run(&job(0, &table), &sink, &home, &scratch).unwrap().unwrap().unwrap();
+        assert_eq!(whole.rows, 1180 - drop.len() as u64 + 120);
+
+        // On three workers, and on one taking the tasks in an order within its reach.
+        let jobs = [vec![job(1, &table)], vec![job(2, &table)]];
+        let tasks = Tasks::new(&jobs[..1], &[(0, 0)], &home, 3).unwrap();
+        assert_eq!(tasks.len(), 5);
+        let next = AtomicUsize::new(0);
+        let ended: Vec<_> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..3)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut ended = Vec::new();
+                        loop {
+                            let k = next.fetch_add(1, Ordering::Relaxed);
+                            if k >= tasks.len() {
+                                return ended;
+                            }
+                            ended.extend(tasks.run(k, &sink, &home, &scratch).unwrap());
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(ended.len(), 1);
+        let pieces = ended[0].1.clone().unwrap().unwrap();
+        let one = Tasks::new(&jobs[1..], &[(0, 0)], &home, 1).unwrap();
+        let mut last = None;
+        for k in [1, 0, 3, 2, 4] {
+            last = one.run(k, &sink, &home, &scratch).unwrap().or(last);
+        }
+        let reordered = last.unwrap().1.unwrap().unwrap();
+        let staging = sink.staged().unwrap().to_path_buf();
+        let bytes = |r: &FileReport| fs::read(staging.join(&r.path)).unwrap();
+        assert_eq!((pieces.rows, pieces.row_groups), (whole.rows, whole.row_groups));
+        assert_eq!((reordered.rows, reordered.row_groups), (whole.rows, whole.row_groups));
+        assert!(whole.row_groups > 4, "the limit cut a row group: {}", whole.row_groups);
+        assert!(bytes(&pieces) == bytes(&whole), "row group tasks made another file");
+        assert!(bytes(&reordered) == bytes(&whole), "row group tasks taken out of order made another file");
+
+        // A table whose `n` cannot hold the rows: the same reason, from the row group that has it.
+        let narrow: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("pk", DataType::Utf8, true),
+            Field::new("n", DataType::Decimal128(5, 0), true),
+        ]));
+        let whole = run(&job(3, &narrow), &sink, &home, &scratch).unwrap().unwrap_err();
+        let jobs = vec![vec![job(4, &narrow)]];
+        let tasks = Tasks::new(&jobs, &[(0, 0)], &home, 2).unwrap();
+        let ended: Vec<_> = (0..tasks.len()).filter_map(|k| tasks.run(k, &sink, &home, &scratch).unwrap()).collect();
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].1.clone().unwrap_err(), whole);
+
+        // A task that fails (its file gone) is the error, and tasks of its job that would wait
+        // for it do not: they end without an outcome.
+        let jobs = vec![vec![job(5, &table)]];
+        let tasks = Tasks::new(&jobs, &[(0, 0)], &home, 1).unwrap();
+        let moved = dir.path().join("moved.parquet");
+        fs::rename(out.join("t/part-00000.parquet"), &moved).unwrap();
+        assert!(matches!(tasks.run(0, &sink, &home, &scratch), Err(SinkError::Io { .. })));
+        assert!(tasks.run(3, &sink, &home, &scratch).unwrap().is_none());
+        fs::rename(&moved, out.join("t/part-00000.parquet")).unwrap();
     }
 
     fn report(path: &str, rows: u64, bytes: u64) -> FileReport {
