@@ -450,9 +450,12 @@ fn unwind_once(
         let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read);
         let compacted = match compacting.map(|h| h.join()) {
             Some(Ok(kept)) => kept,
-            Some(Err(_)) => {
-                Err(UnwindError::Internal { message: "compacting the incremental exports panicked".into() })
-            }
+            Some(Err(panic)) => Err(UnwindError::Internal {
+                message: format!(
+                    "compacting the incremental exports panicked: {}",
+                    pool::panic_message(panic.as_ref(), "no message")
+                ),
+            }),
             None => Ok(None),
         };
         (compacted, written)

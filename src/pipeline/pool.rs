@@ -86,12 +86,7 @@ where
                             None
                         }
                         Err(panic) => {
-                            let message = panic
-                                .downcast_ref::<&str>()
-                                .map(|s| (*s).to_owned())
-                                .or_else(|| panic.downcast_ref::<String>().cloned())
-                                .unwrap_or_else(|| "a worker panicked".into());
-                            fail(E::panicked(message));
+                            fail(E::panicked(panic_message(panic.as_ref(), "a worker panicked")));
                             None
                         }
                     }
@@ -105,6 +100,15 @@ where
     }
     // Without a recorded failure every worker returned its state.
     states.into_iter().map(|s| s.ok_or_else(|| E::panicked("a worker ended without a result".into()))).collect()
+}
+
+/// What a panic said (its payload, when a string), or `otherwise`.
+pub fn panic_message(panic: &(dyn std::any::Any + Send), otherwise: &str) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| otherwise.to_owned())
 }
 
 #[cfg(test)]
