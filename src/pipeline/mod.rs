@@ -400,7 +400,7 @@ fn unwind_once(
     }
     let txn_version = delta_txn_version(state.as_ref(), &plan);
     // Onto an output with a mapping: the changed keys as each mapped table finds its rows.
-    let identities = match (settings.mapping.as_deref(), &chain, &onto) {
+    let mut identities = match (settings.mapping.as_deref(), &chain, &onto) {
         (Some(m), Some(c), Some(_)) => apply::changed_identities(m, &c.key_names, &c.new_keys, settings.threads)?,
         _ => Default::default(),
     };
@@ -438,16 +438,61 @@ fn unwind_once(
     progress.set_phase(Phase::Writing);
     let t_write = Instant::now();
     // The chain's incremental exports are compacted and kept on a thread of their own while the
-    // tables are written: neither reads what the other writes, and compaction (gzip on one core)
-    // would otherwise leave the other core idle between the passes.
-    let (compacted, written) = std::thread::scope(|s| {
+    // tables are written (and, in place onto Parquet, rewritten): neither reads what the other
+    // writes, and compaction (gzip on one core) would otherwise leave the other core idle.
+    let (compacted, made) = std::thread::scope(|s| {
         let compacting = match (&chain, kept) {
             (Some(c), Some(_)) => {
                 Some(s.spawn(|| apply::keep_compacted(c, &plan, &read.chain, sink.as_ref(), settings, &scratch)))
             }
             _ => None,
         };
-        let written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read);
+        // The tables, the report, and in place onto Parquet each table's files; `Ok(Err(reason))`
+        // when the apply cannot be made in place after all.
+        let made = (|| -> Result<Result<(RunManifest, Vec<TableSchema>), String>, UnwindError> {
+            let mut written = write::write_all(&plan, settings, mapped_tables.as_ref(), sink.as_ref(), &read)?;
+            if let Some(ip) = &in_place
+                && let Err(reason) = in_place::complete(ip, &mut written)
+            {
+                return Ok(Err(reason));
+            }
+            let t_write = t_write.elapsed();
+            let mapping = settings
+                .mapping
+                .as_deref()
+                .zip(mapped_tables.as_ref())
+                .map(|(m, t)| report::mapping(m, t, &read.entity_stats));
+            let timings = Timings {
+                resolve: t_resolve.as_millis() as u64,
+                read_and_decode: t_read.as_millis() as u64,
+                write: t_write.as_millis() as u64,
+                total: 0,
+                // The compaction's time is added once it is done.
+                keep_base: kept.map_or(0, |k| k.millis),
+            };
+            let (mut manifest, schemas) = assemble(Assembly {
+                plan: &plan,
+                settings,
+                read: &read,
+                written,
+                chain: chain.as_ref(),
+                state,
+                keeping,
+                mapping,
+                layout,
+                started,
+                started_at,
+                timings,
+            })?;
+            // In place onto a Parquet output: each table's files are the output's, less the
+            // changed keys' rows, with this run's rows added.
+            if let Some(ip) = in_place.as_ref().filter(|_| settings.format == Format::Parquet)
+                && let Err(reason) = in_place::rewrite(ip, &located, &mut manifest, &schemas, sink.as_ref(), settings)?
+            {
+                return Ok(Err(reason));
+            }
+            Ok(Ok((manifest, schemas)))
+        })();
         let compacted = match compacting.map(|h| h.join()) {
             Some(Ok(kept)) => kept,
             Some(Err(panic)) => Err(UnwindError::Internal {
@@ -458,48 +503,18 @@ fn unwind_once(
             }),
             None => Ok(None),
         };
-        (compacted, written)
+        (compacted, made)
     });
+    // The compaction's error first, as when it ended before the tables were written.
     let compacted = compacted?;
-    let mut written = written?;
-    if let Some(ip) = &in_place
-        && let Err(reason) = in_place::complete(ip, &mut written)
-    {
-        return Ok(Attempt::Replay(reason));
-    }
-    let t_write = t_write.elapsed();
-
-    let mapping =
-        settings.mapping.as_deref().zip(mapped_tables.as_ref()).map(|(m, t)| report::mapping(m, t, &read.entity_stats));
-    let timings = Timings {
-        resolve: t_resolve.as_millis() as u64,
-        read_and_decode: t_read.as_millis() as u64,
-        write: t_write.as_millis() as u64,
-        total: 0,
-        keep_base: kept.map_or(0, |k| k.millis) + compacted.as_ref().map_or(0, |c| c.millis),
+    let (mut manifest, schemas) = match made? {
+        Ok(made) => made,
+        Err(reason) => return Ok(Attempt::Replay(reason)),
     };
-    let (mut manifest, schemas) = assemble(Assembly {
-        plan: &plan,
-        settings,
-        read: &read,
-        written,
-        chain: chain.as_ref(),
-        state,
-        keeping,
-        mapping,
-        layout,
-        started,
-        started_at,
-        timings,
-    })?;
-    list_compacted(&mut manifest, compacted);
-    // In place onto a Parquet output: each table's files are the output's, less the changed
-    // keys' rows, with this run's rows added.
-    if let Some(ip) = in_place.as_ref().filter(|_| settings.format == Format::Parquet)
-        && let Err(reason) = in_place::rewrite(ip, &located, &mut manifest, &schemas, sink.as_ref(), settings)?
-    {
-        return Ok(Attempt::Replay(reason));
+    if let Some(c) = &compacted {
+        manifest.timings_ms.keep_base += c.millis;
     }
+    list_compacted(&mut manifest, compacted);
     if let Some(reason) = replaying {
         manifest
             .warnings
@@ -511,13 +526,20 @@ fn unwind_once(
         let merge = onto.as_ref().and(chain.as_ref()).map(|c| sink::delta::MergeKeys {
             key_attributes: c.key_names.clone(),
             keys: c.new_keys.clone(),
-            mapped: identities,
+            mapped: std::mem::take(&mut identities),
         });
         let deletion_vectors = settings.deletion_vectors;
         let in_place = in_place.is_some();
         sink.delta_run(sink::delta::DeltaRun { txn_version, merge, deletion_vectors, in_place, located });
     }
-    match publish(sink, manifest, schemas, settings, progress) {
+    // What the run read (the chain's change records, the changed keys' identities, pass one's
+    // rows and statistics) is freed on a thread of its own while the commit waits for the disk:
+    // freed at the end, it took about 20 ms of one core after an apply's commit.
+    let published = std::thread::scope(|s| {
+        s.spawn(move || drop((chain, identities, read, mapped_tables)));
+        publish(sink, manifest, schemas, settings, progress)
+    });
+    match published {
         Ok(summary) => Ok(Attempt::Done(Box::new(summary))),
         // A table the check let through cannot be merged in place after all (its Delta schema is
         // not its contract's): the tables merged before it carry this run's `txn`, which the
