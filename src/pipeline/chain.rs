@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -292,6 +292,13 @@ fn windows(tasks: &[(usize, usize)], size: impl Fn(usize) -> u64, min_files: usi
 /// Where the current images are written inside the scratch folder.
 const CURRENT_FILE: &str = "chain-current.jsonl";
 
+/// The file of current images [`Applier::write_current`] wrote.
+pub struct CurrentImages {
+    path: PathBuf,
+    size: u64,
+    images: u64,
+}
+
 impl Applier {
     /// Reads every incremental export of `chain` in order, reduces its change records to one
     /// final change per key, and appends the file of current images to `plan`. Rejected lines are
@@ -301,6 +308,21 @@ impl Applier {
         plan: &mut Plan,
         settings: &super::UnwindSettings,
         scratch: &Path,
+        onto: Option<&Onto>,
+    ) -> Result<Applier, UnwindError> {
+        let mut a = Self::reduce_changes(chain, plan, settings, onto)?;
+        let current = a.write_current(scratch)?;
+        a.add_current(plan, current);
+        Ok(a)
+    }
+
+    /// [`Applier::reduce`] but for the file of current images, which the caller writes
+    /// ([`Applier::write_current`], which only reads the applier: on a thread of its own while
+    /// other work is done) and appends to `plan` ([`Applier::add_current`]) before pass one.
+    pub fn reduce_changes(
+        chain: Chain,
+        plan: &mut Plan,
+        settings: &super::UnwindSettings,
         onto: Option<&Onto>,
     ) -> Result<Applier, UnwindError> {
         let (type_attribute, mapping) = (settings.type_attribute.as_str(), settings.mapping.clone());
@@ -365,7 +387,6 @@ impl Applier {
                 }
             }
         }
-        a.write_current(plan, scratch)?;
         Ok(a)
     }
 
@@ -448,7 +469,9 @@ impl Applier {
     }
 
     /// Writes the surviving new images, ordered by key, and adds their file to `plan`.
-    fn write_current(&mut self, plan: &mut Plan, scratch: &Path) -> Result<(), UnwindError> {
+    /// Writes the file of current images into `scratch`: each key's final image, in key order
+    /// (in place, only the keys the new exports changed).
+    pub fn write_current(&self, scratch: &Path) -> Result<CurrentImages, UnwindError> {
         let path = scratch.join(CURRENT_FILE);
         let io = |action: &'static str| {
             let p = path.display().to_string();
@@ -472,19 +495,25 @@ impl Applier {
         w.flush().map_err(io("write"))?;
         drop(w);
         let size = std::fs::metadata(&path).map_err(io("read"))?.len();
+        Ok(CurrentImages { path, size, images })
+    }
+
+    /// Appends the file of current images [`Applier::write_current`] wrote to `plan`, for pass one.
+    pub fn add_current(&mut self, plan: &mut Plan, current: CurrentImages) {
         self.roles.push(Role::Current);
+        let n = self.chain.incrementals.len();
         plan.files.push(DataFile {
-            input: Input::Path(path),
-            display: {
-                let n = self.chain.incrementals.len();
-                format!("<current images from {n} incremental export{}: {images}>", if n == 1 { "" } else { "s" })
-            },
+            input: Input::Path(current.path),
+            display: format!(
+                "<current images from {n} incremental export{}: {}>",
+                if n == 1 { "" } else { "s" },
+                current.images
+            ),
             gzip: false,
             layout: Layout::ExportLines,
-            size,
+            size: current.size,
             expected: None,
         });
-        Ok(())
     }
 
     /// What plan file `i` is to the chain.

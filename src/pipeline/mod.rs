@@ -391,25 +391,47 @@ fn unwind_once(
     if let Some(k) = kept {
         info!(files = k.files, bytes = k.bytes, ms = k.millis, "kept the exports read in `_etl/base/`");
     }
-    let chain = match chain {
-        Some(c) => Some(chain::Applier::reduce(c, &mut plan, settings, &scratch, onto.as_ref())?),
+    let mut chain = match chain {
+        Some(c) => Some(chain::Applier::reduce_changes(c, &mut plan, settings, onto.as_ref())?),
         None => None,
     };
     if let (Some(st), Some(c)) = (&mut state, &chain) {
         st.key_attributes = c.key_names.clone();
     }
     let txn_version = delta_txn_version(state.as_ref(), &plan);
-    // Onto an output with a mapping: the changed keys as each mapped table finds its rows.
-    let mut identities = match (settings.mapping.as_deref(), &chain, &onto) {
-        (Some(m), Some(c), Some(_)) => apply::changed_identities(m, &c.key_names, &c.new_keys, settings.threads)?,
-        _ => Default::default(),
-    };
-    // In place: where the changed keys are in the output's tables, instead of the full export.
-    let (matched, located, unread) = match (&in_place, &chain) {
-        (Some(ip), Some(c)) => match in_place::locate(ip, c, &identities, txn_version, settings.threads)? {
-            Ok(l) => (Some(l.matched), l.files, plan.exports[c.chain.full].files.clone()),
-            Err(reason) => return Ok(Attempt::Replay(reason)),
-        },
+    // The file of current images is written on a thread of its own (one core, the chain's
+    // images in key order) while the changed keys are found on the pool.
+    let (current, identities, located) = std::thread::scope(|s| {
+        let writing = chain.as_ref().map(|c| s.spawn(|| c.write_current(&scratch)));
+        // Onto an output with a mapping: the changed keys as each mapped table finds its rows.
+        let identities = match (settings.mapping.as_deref(), &chain, &onto) {
+            (Some(m), Some(c), Some(_)) => apply::changed_identities(m, &c.key_names, &c.new_keys, settings.threads),
+            _ => Ok(Default::default()),
+        };
+        // In place: where the changed keys are in the output's tables, instead of the full export.
+        let located = match (&in_place, &chain, &identities) {
+            (Some(ip), Some(c), Ok(ids)) => Some(in_place::locate(ip, c, ids, txn_version, settings.threads)),
+            _ => None,
+        };
+        let current = writing.map(|h| {
+            h.join().unwrap_or_else(|panic| {
+                Err(UnwindError::Internal {
+                    message: format!(
+                        "writing the current images panicked: {}",
+                        pool::panic_message(panic.as_ref(), "no message")
+                    ),
+                })
+            })
+        });
+        (current, identities, located)
+    });
+    if let (Some(c), Some(current)) = (chain.as_mut(), current.transpose()?) {
+        c.add_current(&mut plan, current);
+    }
+    let mut identities = identities?;
+    let (matched, located, unread) = match (located.transpose()?, &chain) {
+        (Some(Ok(l)), Some(c)) => (Some(l.matched), l.files, plan.exports[c.chain.full].files.clone()),
+        (Some(Err(reason)), _) => return Ok(Attempt::Replay(reason)),
         _ => (None, Default::default(), 0..0),
     };
     if settings.strict
