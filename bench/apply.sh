@@ -17,7 +17,8 @@
 # Public tools only: bash and python3 (standard library). The input comes from `etl sample
 # --incrementals 1 --change-percent 1` (DynamoDB's real layout). Each timing is the median of
 # BENCH_RUNS runs (default 3); every apply starts from a fresh copy of the full unwind's output
-# (the copy is not timed). BENCH_FORMAT=delta times `--format delta` instead: the full unwind
+# (the copy is not timed, and written back to disk before the apply's clock starts, as every
+# timed command here is). BENCH_FORMAT=delta times `--format delta` instead: the full unwind
 # creates Delta tables, the apply is one MERGE commit per table (target: less than a fifth), and
 # the bytes each MERGE rewrote are listed from the run report; BENCH_FORMAT=delta-dv is the same
 # with `--deletion-vectors` (the MERGE marks rows of changed keys deleted instead of rewriting
@@ -105,6 +106,9 @@ PY
 # seconds CMD...: wall seconds of one run.
 seconds() {
     local s e
+    # The page cache is written back first (not timed): the command does not pay for the writes
+    # of the untimed copy or run before it (`cp -a` of the output leaves ~130 MB to write back).
+    sync
     s=$(date +%s.%N)
     "$@" >/dev/null
     e=$(date +%s.%N)
