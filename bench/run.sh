@@ -131,6 +131,9 @@ measure() {
     for ((run = 1; run <= RUNS; run++)); do
         log "running $name ($run/$RUNS)"
         rm -rf "$WORK/$name-out"
+        # The page cache is written back first (not timed): a command does not pay for the
+        # writes of the one before it (DuckDB does not sync its output; etl syncs its own).
+        sync
         start="$(date +%s.%N)"
         if ! /usr/bin/time -v -o "$WORK/$name.time" "$@" >"$WORK/$name.log" 2>"$WORK/$name.err"; then
             log "$name failed; last lines of its output:"
