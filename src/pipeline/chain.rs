@@ -468,7 +468,6 @@ impl Applier {
         }
     }
 
-    /// Writes the surviving new images, ordered by key, and adds their file to `plan`.
     /// Writes the file of current images into `scratch`: each key's final image, in key order
     /// (in place, only the keys the new exports changed).
     pub fn write_current(&self, scratch: &Path) -> Result<CurrentImages, UnwindError> {

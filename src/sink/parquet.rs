@@ -172,30 +172,10 @@ impl PartWriter {
     /// Ends the last row group, finishes the file (footer included) and says what it holds.
     pub fn close(mut self) -> Result<FileReport, SinkError> {
         self.end_row_group()?;
-        let (table, path) = (self.table, self.path.display().to_string());
-        // The file's own count: the writer also cuts a row group at its row limit.
-        let row_groups =
-            self.writer.close().map_err(|source| SinkError::Part { table, path, source })?.num_row_groups();
-        super::start_writeback(&self.path);
-        let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
-        Ok(FileReport { path: self.rel, rows: self.rows, row_groups, bytes })
+        let closed = self.writer.close();
+        closed_part(self.table, self.rel, &self.path, self.rows, closed)
     }
-}
 
-/// A part file made of row groups encoded away from it, on any thread ([`GroupEncoder`]), and
-/// appended in order: the same file, byte for byte, as a [`PartWriter`] given the same rows and
-/// the same row group ends. It lets the row groups of one file be encoded on several workers.
-pub struct PartAssembler {
-    table: String,
-    rel: String,
-    path: PathBuf,
-    writer: SerializedFileWriter<File>,
-    encoder: Arc<GroupEncoder>,
-    rows: u64,
-    row_groups: usize,
-}
-
-impl PartWriter {
     /// This file, with no row written yet, to be made of row groups encoded elsewhere.
     pub fn into_assembler(self) -> Result<PartAssembler, SinkError> {
         let (table, rel, path) = (self.table, self.rel, self.path);
@@ -214,8 +194,37 @@ impl PartWriter {
             table: table.clone(),
             path: path.display().to_string(),
         });
-        Ok(PartAssembler { table, rel, path, writer, encoder, rows: 0, row_groups: 0 })
+        Ok(PartAssembler { table, rel, path, writer, encoder, rows: 0 })
     }
+}
+
+/// What a finished part file holds, once its writer closed (`closed`): its rows, its own count
+/// of row groups (the writer also cuts one at its row limit), its bytes; its writing to disk
+/// started.
+fn closed_part(
+    table: String,
+    rel: String,
+    path: &Path,
+    rows: u64,
+    closed: Result<datafusion::parquet::file::metadata::ParquetMetaData, datafusion::parquet::errors::ParquetError>,
+) -> Result<FileReport, SinkError> {
+    let row_groups =
+        closed.map_err(|source| SinkError::Part { table, path: path.display().to_string(), source })?.num_row_groups();
+    super::start_writeback(path);
+    let bytes = std::fs::metadata(path).map_err(SinkError::io("inspect", path))?.len();
+    Ok(FileReport { path: rel, rows, row_groups, bytes })
+}
+
+/// A part file made of row groups encoded away from it, on any thread ([`GroupEncoder`]), and
+/// appended in order: the same file, byte for byte, as a [`PartWriter`] given the same rows and
+/// the same row group ends. It lets the row groups of one file be encoded on several workers.
+pub struct PartAssembler {
+    table: String,
+    rel: String,
+    path: PathBuf,
+    writer: SerializedFileWriter<File>,
+    encoder: Arc<GroupEncoder>,
+    rows: u64,
 }
 
 impl PartAssembler {
@@ -235,18 +244,14 @@ impl PartAssembler {
             }
             row_group.close().map_err(err)?;
             self.rows += g.rows;
-            self.row_groups += 1;
         }
         Ok(())
     }
 
     /// Finishes the file (footer included) and says what it holds, as [`PartWriter::close`].
     pub fn close(self) -> Result<FileReport, SinkError> {
-        let (table, path) = (self.table, self.path.display().to_string());
-        self.writer.close().map_err(|source| SinkError::Part { table, path, source })?;
-        super::start_writeback(&self.path);
-        let bytes = std::fs::metadata(&self.path).map_err(SinkError::io("inspect", &self.path))?.len();
-        Ok(FileReport { path: self.rel, rows: self.rows, row_groups: self.row_groups, bytes })
+        let closed = self.writer.close();
+        closed_part(self.table, self.rel, &self.path, self.rows, closed)
     }
 }
 
@@ -266,9 +271,7 @@ impl GroupEncoder {
     fn error(&self, source: datafusion::parquet::errors::ParquetError) -> SinkError {
         SinkError::Part { table: self.table.clone(), path: self.path.clone(), source }
     }
-}
 
-impl GroupEncoder {
     /// Starts encoding the rows between two row group ends of a [`PartWriter`].
     pub fn start(&self) -> Encoding<'_> {
         Encoding { encoder: self, open: None, done: Vec::new() }

@@ -221,15 +221,7 @@ pub fn run(
                     return Ok(Err(reason));
                 }
             }
-            let report = writer.close()?;
-            if report.rows == 0 {
-                if let Some(dir) = sink.staged() {
-                    let path = dir.join(&report.path);
-                    fs::remove_file(&path).map_err(SinkError::io("remove", &path))?;
-                }
-                return Ok(Ok(None));
-            }
-            Ok(Ok(Some(report)))
+            Ok(Ok(unless_empty(writer.close()?, sink)?))
         }
     }
 }
@@ -384,16 +376,20 @@ impl<'a> Tasks<'a> {
             return Ok(Some(((t, j), Err(reason))));
         }
         let Some(file) = file else { return Ok(None) };
-        let report = file.close()?;
-        if report.rows == 0 {
-            if let Some(dir) = sink.staged() {
-                let path = dir.join(&report.path);
-                fs::remove_file(&path).map_err(SinkError::io("remove", &path))?;
-            }
-            return Ok(Some(((t, j), Ok(None))));
-        }
-        Ok(Some(((t, j), Ok(Some(report)))))
+        Ok(Some(((t, j), Ok(unless_empty(file.close()?, sink)?))))
     }
+}
+
+/// A job's finished file, or none when it was left without a row (the staged file removed).
+fn unless_empty(report: FileReport, sink: &dyn Sink) -> Result<Option<FileReport>, SinkError> {
+    if report.rows > 0 {
+        return Ok(Some(report));
+    }
+    if let Some(dir) = sink.staged() {
+        let path = dir.join(&report.path);
+        fs::remove_file(&path).map_err(SinkError::io("remove", &path))?;
+    }
+    Ok(None)
 }
 
 impl Assembly {
@@ -572,12 +568,7 @@ fn output_file_schema(out: &Home, rel: &str, table: &str) -> Result<datafusion::
 /// The Arrow schema the Parquet file at `path` was written with.
 fn file_schema(path: &Path, table: &str) -> Result<datafusion::arrow::datatypes::Schema, SinkError> {
     let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
-    let meta = ArrowReaderMetadata::load(&file, Default::default()).map_err(|source| SinkError::Part {
-        table: table.to_owned(),
-        path: path.display().to_string(),
-        source,
-    })?;
-    Ok(meta.schema().as_ref().clone())
+    Ok(load(&file, path, table)?.schema().as_ref().clone())
 }
 
 #[cfg(test)]
