@@ -276,6 +276,13 @@ fn chain_summary(c: &crate::sink::manifest::ChainReport) -> String {
             group(c.unmatched_deletes)
         ));
     }
+    if c.superseded_rejects > 0 {
+        text.push_str(&format!(
+            "  {} reject{} of earlier runs removed from `_rejects`: this run changed the keys of the items rejected\n",
+            group(c.superseded_rejects),
+            if c.superseded_rejects == 1 { "" } else { "s" }
+        ));
+    }
     if !c.gaps.is_empty() {
         text.push_str(&format!(
             "  {} gap{} allowed by `--allow-gap` (see the warnings)\n",

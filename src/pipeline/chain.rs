@@ -292,6 +292,9 @@ fn windows(tasks: &[(usize, usize)], size: impl Fn(usize) -> u64, min_files: usi
 /// Where the current images are written inside the scratch folder.
 const CURRENT_FILE: &str = "chain-current.jsonl";
 
+/// How the file of current images is named in the run report and in `_rejects`' `source_file`.
+pub const CURRENT_IMAGES: &str = "<current images from ";
+
 /// The file of current images [`Applier::write_current`] wrote.
 pub struct CurrentImages {
     path: PathBuf,
@@ -504,7 +507,7 @@ impl Applier {
         plan.files.push(DataFile {
             input: Input::Path(current.path),
             display: format!(
-                "<current images from {n} incremental export{}: {}>",
+                "{CURRENT_IMAGES}{n} incremental export{}: {}>",
                 if n == 1 { "" } else { "s" },
                 current.images
             ),
@@ -601,6 +604,13 @@ impl Applier {
         })
     }
 
+    /// The final change of the key of `item` (a full-export item or a current image an earlier
+    /// run unwound) when the new exports of an apply in place changed it: a replay would not
+    /// unwind the item any more.
+    pub fn changed_now(&self, item: &Item<'_>) -> Option<u32> {
+        self.lookup(item).filter(|&i| self.finals[i as usize].touched_by_new)
+    }
+
     /// The table a full-export item is routed to.
     pub fn label(&self, item: &Item<'_>) -> TableLabel {
         route_label(&self.type_attribute, self.mapping.as_deref(), item)
@@ -689,6 +699,7 @@ impl Applier {
             created_and_deleted: transient,
             previous_export: self.previous_export.clone(),
             applied_in_place: self.in_place,
+            superseded_rejects: 0,
         }
     }
 }

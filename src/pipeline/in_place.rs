@@ -21,7 +21,10 @@
 //!   [`crate::schema::diff::extend`]); the Delta MERGE then marks the changed
 //!   keys' rows in deletion vectors and adds their new rows, and `_rejects` takes this run's
 //!   rejects by an append; a Parquet output's tables are made of its files, those holding changed
-//!   keys rewritten without them, and the run's rows ([`rewrite`], [`crate::sink::rewrite`]).
+//!   keys rewritten without them, and the run's rows ([`rewrite`], [`crate::sink::rewrite`]);
+//! - the rejects a replay would no longer make: the output's rejects of items whose keys the new
+//!   exports changed, found by reading their raw lines back ([`crate::sink::delta::rejects`]),
+//!   are left out of `_rejects` like changed keys' rows (in a deletion vector, or a rewrite).
 //!
 //! Anything that would need the replay (a changed row that does not fit its table's contract
 //! without rewriting it, a table without a contract, an earlier attempt of the same apply that
@@ -178,7 +181,68 @@ pub fn locate(
             Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),
         }
     }
-    Ok(Ok(Located { matched: applier.matched_in_place(&found), files }))
+    let mut matched = applier.matched_in_place(&found);
+    if let Some(rejects) = ip.previous.tables.iter().find(|t| t.name == REJECTS_TABLE && t.rows > 0) {
+        let at = ip.home.join(REJECTS_TABLE);
+        let listed: Option<Vec<String>> = (!crate::sink::delta::is_delta_output(&ip.previous))
+            .then(|| rejects.files.iter().map(|f| f.path.clone()).collect());
+        // The files of a plain Parquet output are listed by their paths in the output.
+        let home = if listed.is_some() { &ip.home } else { &at };
+        // A full-export item rejected is where a replay finds its key, as pass one's `matched`.
+        let of_base = std::sync::Mutex::new(Vec::new());
+        let stale = |r: &crate::sink::delta::rejects::RejectRow<'_>| -> Result<bool, String> {
+            Ok(match superseded(applier, r)? {
+                Some((i, Some(label))) => {
+                    of_base.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((i, label));
+                    true
+                }
+                Some((_, None)) => true,
+                None => false,
+            })
+        };
+        match crate::sink::delta::rejects::locate(home, listed.as_deref(), &stale)? {
+            Ok(l) => {
+                files.insert(REJECTS_TABLE.to_owned(), l);
+            }
+            Err(reason) => return Ok(Err(format!("table `{REJECTS_TABLE}`: {reason}"))),
+        }
+        matched.extend(of_base.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner));
+        matched.sort();
+    }
+    Ok(Ok(Located { matched, files }))
+}
+
+/// How many rows of the output's `_rejects` [`locate`] found superseded (those a deletion
+/// vector deletes already aside).
+pub fn superseded_rejects(located: &BTreeMap<String, crate::sink::delta::merge::Located>) -> u64 {
+    let Some(l) = located.get(REJECTS_TABLE) else { return 0 };
+    l.files.values().map(|f| f.positions.iter().filter(|&&p| !f.deleted.contains(p)).count() as u64).sum()
+}
+
+/// Whether reject `r` of an earlier run is of an item whose key `applier`'s new exports changed:
+/// a full-export item or a current image (a line its decoder reads as an item, not an `Item`
+/// line of an incremental export), which a replay would no longer unwind. `Some` with the key's
+/// final change, and for a full-export item the table it is routed to. `Err(reason)` for a
+/// current image whose line was cut short, whose key cannot be read.
+fn superseded(
+    applier: &Applier,
+    r: &crate::sink::delta::rejects::RejectRow<'_>,
+) -> Result<Option<(u32, Option<TableLabel>)>, String> {
+    use crate::decode::{Format, Record};
+    let current = r.source_file.starts_with(super::chain::CURRENT_IMAGES);
+    if r.raw_truncated {
+        return match current {
+            true => Err(format!("a reject of `{}` holds only the start of its line", r.source_file)),
+            false => Ok(None),
+        };
+    }
+    // An `Item` line of an incremental export is rejected as such whatever its key.
+    if r.reason == crate::normalize::RejectReason::NotAnItem.code() {
+        return Ok(None);
+    }
+    let format = if r.raw.trim_start().starts_with("$ion_1_0") { Format::ExportIon } else { Format::ExportJson };
+    let Ok(Record::Put(item)) = crate::decode::decode(format, r.raw.as_bytes()) else { return Ok(None) };
+    Ok(applier.changed_now(&item).map(|i| (i, (!current).then(|| applier.label(&item)))))
 }
 
 /// What [`locate`] found.

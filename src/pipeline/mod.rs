@@ -425,6 +425,7 @@ fn unwind_once(
         (Some(Err(reason)), _) => return Ok(Attempt::Replay(reason)),
         _ => (None, Default::default(), 0..0),
     };
+    let superseded_rejects = in_place::superseded_rejects(&located);
     if settings.strict
         && let Some(first) = integrity::manifest_mismatches(&plan).into_iter().next()
     {
@@ -497,6 +498,9 @@ fn unwind_once(
                 started_at,
                 timings,
             })?;
+            if let Some(c) = manifest.chain.as_mut() {
+                c.superseded_rejects = superseded_rejects;
+            }
             // In place onto a Parquet output: each table's files are the output's, less the
             // changed keys' rows, with this run's rows added.
             if let Some(ip) = in_place.as_ref().filter(|_| settings.format == Format::Parquet)

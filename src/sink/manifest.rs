@@ -294,6 +294,11 @@ pub struct ChainReport {
     /// and each key's table was found in the output's tables. `superseded_items` is then 0.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub applied_in_place: bool,
+    /// Applied in place: rows of the output's `_rejects` left out because the new exports
+    /// changed the keys of their items (full-export items, or current images an earlier apply
+    /// unwound), as a replay of the chain would not reject those items again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub superseded_rejects: u64,
 }
 
 /// One applied incremental export.

@@ -48,11 +48,13 @@ pub struct Table<'a> {
     pub schema: SchemaRef,
     /// The output's files of the table, as its committed run listed them (paths in the output).
     pub previous: &'a [FileReport],
-    /// By file of `previous`, the rows that hold a changed key.
+    /// By file of `previous`, the rows that hold a changed key (in `_rejects`, the rejects the run
+    /// supersedes).
     pub changed: Option<&'a HashMap<String, LocatedFile>>,
     /// This run's staged files of the table (paths from the staged output).
     pub staged: &'a [FileReport],
-    /// New rows may join the rewrite of the last file (not `_rejects`, whose files stay).
+    /// New rows may join the rewrite of the last file (not `_rejects`, whose files stay unless
+    /// they hold rejects the run supersedes).
     pub append_to_last: bool,
 }
 

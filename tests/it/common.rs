@@ -100,6 +100,17 @@ pub fn run_report(out: &Path) -> Json {
         .expect("run.json is JSON")
 }
 
+/// Appends `line` to the first data file of the export at `export` (generated under `root`), as
+/// a gzip member of its own: the file no longer matches its manifest (`--allow-mismatch`).
+pub fn append_line(root: &Path, export: &Path, line: &str) {
+    let listing = std::fs::read_to_string(export.join("manifest-files.json")).unwrap();
+    let first =
+        listing.lines().map(|l| serde_json::from_str::<Json>(l).unwrap()).find(|f| f["itemCount"] != 0).unwrap();
+    let path = root.join(first["dataFileS3Key"].as_str().unwrap());
+    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&gzip(format!("{line}\n").as_bytes())).unwrap();
+}
+
 pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     e.write_all(bytes).unwrap();

@@ -660,18 +660,6 @@ fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
     }
 }
 
-/// Appends `line` to the first data file of the export at `export` (generated under `root`), as
-/// a gzip member of its own: the file no longer matches its manifest (`--allow-mismatch`).
-fn append_line(root: &Path, export: &Path, line: &str) {
-    use std::io::Write as _;
-    let listing = std::fs::read_to_string(export.join("manifest-files.json")).unwrap();
-    let first =
-        listing.lines().map(|l| serde_json::from_str::<Json>(l).unwrap()).find(|f| f["itemCount"] != 0).unwrap();
-    let path = root.join(first["dataFileS3Key"].as_str().unwrap());
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
-    f.write_all(&crate::common::gzip(format!("{line}\n").as_bytes())).unwrap();
-}
-
 /// An apply in place keeps the rejects of the runs before it and appends its own: `_rejects`
 /// takes them by an append commit, and holds what a replay of the same exports gives.
 #[test]
@@ -706,6 +694,25 @@ fn an_apply_in_place_appends_its_rejects_to_those_before() {
     };
     assert_eq!(rows(&out), rows(&replayed));
     assert_eq!(rows(&out).lines().count(), 2, "{}", rows(&out));
+}
+
+/// A full-export item's reject superseded by an apply in place is marked deleted in `_rejects`'
+/// deletion vector, in the commit that appends the run's rejects.
+#[test]
+fn an_apply_in_place_marks_the_rejects_it_supersedes_deleted() {
+    let (_tmp, out, report) = crate::apply::a_superseded_reject_is_left_out(
+        &["--format", "delta", "--deletion-vectors"],
+        &["--format", "delta"],
+    );
+    let rejects = report["tables"].as_array().unwrap().iter().find(|t| t["name"] == "_rejects").unwrap();
+    let merge = &rejects["delta_merge"];
+    assert_eq!((merge["mode"].as_str(), merge["rows_removed"].as_u64()), (Some("append"), Some(1)), "{rejects}");
+    assert_eq!(merge["files_marked"], 1, "{rejects}");
+    let version = rejects["delta_version"].as_u64().unwrap();
+    let log = log_actions(&out.join("_rejects"), version);
+    let added = actions(&log, "add");
+    assert!(added.iter().any(|a| a["deletionVector"].is_object()), "a file added back with its vector: {log:?}");
+    assert_eq!(actions(&log, "remove").len(), 1, "{log:?}");
 }
 
 /// `--deletion-vectors` given to an apply onto an output made without it: each merged table

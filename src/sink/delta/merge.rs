@@ -473,11 +473,33 @@ impl NewFile {
 
 /// A data file of the version a merge reads: its path and size are the `add`'s, its deletion
 /// vector the `remove`'s.
-struct Live {
+pub(super) struct Live {
     /// The action that removes it (with its deletion vector, if it has one).
-    remove: Remove,
+    pub(super) remove: Remove,
     /// Its `add` action without a deletion vector.
-    add: Add,
+    pub(super) add: Add,
+}
+
+/// The version `table` is at, and its data files there.
+pub(super) fn live_files(table: &DeltaTable) -> Result<(u64, Vec<Live>), deltalake::DeltaTableError> {
+    let snapshot = table.snapshot()?;
+    let files = snapshot
+        .log_data()
+        .iter()
+        .map(|f| Live {
+            remove: f.remove_action(true),
+            add: Add {
+                path: f.path().into_owned(),
+                partition_values: f.partition_values_map(),
+                size: f.size(),
+                modification_time: f.modification_time(),
+                data_change: true,
+                stats: f.stats(),
+                ..Default::default()
+            },
+        })
+        .collect();
+    Ok((snapshot.version(), files))
 }
 
 /// The file of the changed keys' current rows (not yet finished), picked out of the replay's
@@ -684,22 +706,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
 
     // The files of the current version that hold a changed key (their key columns read): the
     // files the commit removes (or marks), and the rows of changed keys it removes with them.
-    let current: Vec<Live> = snapshot
-        .log_data()
-        .iter()
-        .map(|f| Live {
-            remove: f.remove_action(true),
-            add: Add {
-                path: f.path().into_owned(),
-                partition_values: f.partition_values_map(),
-                size: f.size(),
-                modification_time: f.modification_time(),
-                data_change: true,
-                stats: f.stats(),
-                ..Default::default()
-            },
-        })
-        .collect();
+    let (_, current) = live_files(&table_handle).map_err(&fail)?;
     let total = current.len();
     let mut holding = Vec::with_capacity(total);
     let mut marked: Vec<(Live, RoaringTreemap)> = Vec::new();

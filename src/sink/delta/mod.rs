@@ -30,6 +30,7 @@ pub mod home;
 pub mod maintain;
 pub mod merge;
 pub mod object;
+pub mod rejects;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -71,7 +72,8 @@ pub struct DeltaRun {
     /// deletion vectors): its staged tables hold only the changed keys' rows and `_rejects` only
     /// its own rejects, so `_rejects` takes them by an append, and every table the previous
     /// output listed must be merged (its rows are the previous ones less those removed plus
-    /// those upserted), never replaced.
+    /// those upserted), never replaced. The append also marks deleted the earlier rejects that
+    /// `located` lists for `_rejects` ([`rejects`]).
     pub in_place: bool,
     /// By table: where the run's check found the changed keys (an apply in place), so its MERGE
     /// does not read the key columns again when the table is still at the version checked.
@@ -530,6 +532,16 @@ pub(super) fn commit_tables(
         at.settle()?;
         let columns = delta_schema(&table.name, &schema)?;
         let appended = adds.len() as u64;
+        // The rejects of earlier runs whose items this run superseded are marked deleted in the
+        // same commit.
+        let marks = match (append_to, run.located.get(&table.name)) {
+            (Some(t), Some(located)) => match rejects::mark(&at, scratch, t, located)? {
+                Ok(m) => m,
+                Err(reason) => return Err(DeltaError::InPlace { table: table.name.clone(), path, reason }.into()),
+            },
+            _ => rejects::Marked::default(),
+        };
+        adds.extend(marks.actions);
         let committed = match append_to {
             Some(t) if adds.is_empty() => Ok(t.version().unwrap_or_default()),
             Some(t) => commit_on_read_version(t, None, adds, commit_properties(run.txn_version))
@@ -548,7 +560,7 @@ pub(super) fn commit_tables(
         table.delta_version = Some(version);
         if run.merge.is_some() {
             let (mode, reason) = match append_to {
-                Some(_) if appended == 0 => (manifest::MergeMode::Unchanged, None),
+                Some(_) if appended == 0 && marks.rows == 0 => (manifest::MergeMode::Unchanged, None),
                 Some(_) => (manifest::MergeMode::Append, None),
                 None => (manifest::MergeMode::Replace, replace_reason.or_else(|| Some("the table is new".into()))),
             };
@@ -557,13 +569,16 @@ pub(super) fn commit_tables(
                 reason,
                 changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
                 rows_upserted: table.rows,
+                rows_removed: marks.rows,
                 files_added: appended,
                 bytes_added: table.bytes(),
+                files_marked: marks.files,
+                deletion_vector_bytes: marks.vector_bytes,
                 ..Default::default()
             });
         }
         if append_to.is_some() {
-            table.rows += listed_before.unwrap_or(0);
+            table.rows = (table.rows + listed_before.unwrap_or(0)).saturating_sub(marks.rows);
         }
         versions.insert(table.name.clone(), version);
         super::faults::point("delta-table-committed");
