@@ -509,13 +509,9 @@ pub fn partial_parent_key_mapping(dir: &Path) -> PathBuf {
 fn in_place_gives_the_replays_tables(options: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "60", "--files", "8", "--seed", "11"];
-    let r =
-        etl(args.iter().copied().chain(["--incrementals", "3", "--change-percent", "4", "--format", "dynamodb-json"]));
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (full, incs) = json_chain(&dir, [60, 8, 11, 3, 4]);
     let changes: Json = serde_json::from_slice(&std::fs::read(dir.join("final/changes.json")).unwrap()).unwrap();
     assert!(changes["net"]["moved"].as_u64().unwrap() > 0, "the chain moves rows between tables: {changes}");
-    let (full, incs) = sample_chain(&dir);
     // One file per input file (`--target-file-bytes 1`), so that some hold no changed key.
     let (out, replayed) = (tmp.path().join("in-place"), tmp.path().join("replayed"));
     let small: Vec<&str> = ["--target-file-bytes", "1"].iter().chain(options).copied().collect();
@@ -633,11 +629,7 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
 pub fn a_superseded_reject_is_left_out(first: &[&str], apply: &[&str]) -> (tempfile::TempDir, PathBuf, Json) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "60", "--files", "3", "--seed", "11"];
-    let r =
-        etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "4", "--format", "dynamodb-json"]));
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let (full, incs) = sample_chain(&dir);
+    let (full, incs) = json_chain(&dir, [60, 3, 11, 1, 4]);
     let user = |name: &str| {
         format!(
             r#"{{"PK":{{"S":"USER#zed@example.com"}},"SK":{{"S":"PROFILE"}},"Type":{{"S":"User"}},"email":{{"S":"zed@example.com"}},{name}"signup_at":{{"N":"1648459319"}},"status":{{"S":"active"}}}}"#
@@ -700,11 +692,7 @@ fn an_apply_in_place_leaves_out_the_rejects_it_supersedes() {
 fn in_place_onto_a_mapped_output_replays_and_says_why() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "20", "--files", "2", "--seed", "5"];
-    let r =
-        etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "10", "--format", "dynamodb-json"]));
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let (full, incs) = sample_chain(&dir);
+    let (full, incs) = json_chain(&dir, [20, 2, 5, 1, 10]);
     let mapping = partial_parent_key_mapping(tmp.path());
     let m = ["--mapping", mapping.to_str().unwrap()];
     let (out, replayed) = (tmp.path().join("in-place"), tmp.path().join("replayed"));
@@ -734,11 +722,7 @@ fn in_place_onto_a_mapped_output_replays_and_says_why() {
 fn applies_with_other_options_write_the_output_again() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "30", "--files", "2", "--seed", "8"];
-    let r =
-        etl(args.iter().copied().chain(["--incrementals", "3", "--change-percent", "10", "--format", "dynamodb-json"]));
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let (full, incs) = sample_chain(&dir);
+    let (full, incs) = json_chain(&dir, [30, 2, 8, 3, 10]);
     let out = tmp.path().join("out");
     unwind(&[&full], &out, &[], 0);
     unwind(&[&incs[0]], &out, &[], 0);
@@ -809,11 +793,7 @@ fn the_real_fixture_applied_in_place_onto_parquet_holds_the_eight_items() {
 fn kill_9_during_an_in_place_apply_keeps_the_previous_output() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "1500", "--files", "4", "--seed", "3"];
-    let r =
-        etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "5", "--format", "dynamodb-json"]));
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let (full, incs) = sample_chain(&dir);
+    let (full, incs) = json_chain(&dir, [1500, 4, 3, 1, 5]);
     let made = tmp.path().join("made");
     unwind(&[&full], &made, &["--target-file-bytes", "1"], 0);
     let copy = |to: &Path| {

@@ -95,6 +95,22 @@ pub fn sample_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
     (full, incs)
 }
 
+/// `etl sample --out DIR` in DynamoDB JSON, `[users, files, seed, incrementals, percent]`: that
+/// many users in that many data files from that seed, and that many incremental exports each
+/// changing that percent of the items. Returns the full export and the incremental exports in
+/// order.
+pub fn json_chain(dir: &Path, knobs: [u32; 5]) -> (PathBuf, Vec<PathBuf>) {
+    let names = ["--users", "--files", "--seed", "--incrementals", "--change-percent"];
+    let mut args = vec!["sample".to_owned(), "--out".to_owned(), dir.to_str().unwrap().to_owned()];
+    for (name, n) in names.iter().zip(knobs) {
+        args.extend([(*name).to_owned(), n.to_string()]);
+    }
+    args.extend(["--format".to_owned(), "dynamodb-json".to_owned()]);
+    let r = etl(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    sample_chain(dir)
+}
+
 pub fn run_report(out: &Path) -> Json {
     serde_json::from_str(&std::fs::read_to_string(out.join("_etl/run.json")).expect("run.json"))
         .expect("run.json is JSON")

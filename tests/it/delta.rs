@@ -355,11 +355,7 @@ fn generated_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
 fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when_all_do() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let args = ["sample", "--out", dir.to_str().unwrap(), "--users", "60", "--files", "8", "--seed", "11"];
-    let r =
-        etl(args.iter().copied().chain(["--incrementals", "1", "--change-percent", "3", "--format", "dynamodb-json"]));
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let (full, incs) = crate::common::sample_chain(&dir);
+    let (full, incs) = json_chain(&dir, [60, 8, 11, 1, 3]);
     let out = tmp.path().join("delta");
     let small = ["--format", "delta", "--target-file-bytes", "1"];
     unwind(&[&full], &out, &small, 0);
