@@ -76,6 +76,8 @@ struct Final {
     touched_by_new: bool,
     /// An export new to the output had a new image for this key.
     new_had_image: bool,
+    /// The plan file and line of the change record `line` is the image of.
+    from: (u32, u64),
 }
 
 /// The chain reduced to final changes, and what pass one needs to apply them.
@@ -106,6 +108,10 @@ pub struct Applier {
     new_finals: Vec<u32>,
     /// Applied onto the output in place ([`Onto::in_place`]): the full export is not read.
     in_place: bool,
+    /// The plan's files as they are shown, for [`Applier::image_origin`].
+    shown: Vec<String>,
+    /// Per line of the file of current images, the plan file and line of its change record.
+    current_from: Vec<(u32, u64)>,
     pub warnings: Vec<String>,
 }
 
@@ -300,6 +306,8 @@ pub struct CurrentImages {
     path: PathBuf,
     size: u64,
     images: u64,
+    /// Per line, the plan file and line of its change record.
+    from: Vec<(u32, u64)>,
 }
 
 impl Applier {
@@ -347,6 +355,8 @@ impl Applier {
             new_finals: Vec::new(),
             in_place: onto.is_some_and(|o| o.in_place),
             warnings: Vec::new(),
+            shown: plan.files.iter().map(|f| f.display.clone()).collect(),
+            current_from: Vec::new(),
             chain,
         };
         for i in plan.exports[a.chain.full].files.clone() {
@@ -386,14 +396,14 @@ impl Applier {
             }
             for (&(pos, i), records) in window.iter().zip(slots) {
                 for p in records {
-                    a.change(pos, p, &files[i].display);
+                    a.change(pos, p, i as u32, &files[i].display);
                 }
             }
         }
         Ok(a)
     }
 
-    fn change(&mut self, pos: usize, p: Parsed, file: &str) {
+    fn change(&mut self, pos: usize, p: Parsed, index: u32, file: &str) {
         let line = p.line;
         if self.key_names.is_empty() {
             self.key_names = p.names;
@@ -430,6 +440,7 @@ impl Applier {
             prev,
             touched_by_new: is_new == Some(true),
             new_had_image: is_new == Some(true) && has_image,
+            from: (index, line),
         };
         match known {
             Some(i) => {
@@ -483,6 +494,7 @@ impl Applier {
         keys.sort_unstable();
         let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io("create"))?);
         let mut images = 0u64;
+        let mut from = Vec::new();
         for (_, i) in keys {
             let f = &self.finals[i as usize];
             // In place, the output's tables already hold every other key's current row.
@@ -492,17 +504,19 @@ impl Applier {
             if let Some(line) = &f.line {
                 w.write_all(line.as_bytes()).and_then(|_| w.write_all(b"\n")).map_err(io("write"))?;
                 images += 1;
+                from.push(f.from);
             }
         }
         w.flush().map_err(io("write"))?;
         drop(w);
         let size = std::fs::metadata(&path).map_err(io("read"))?.len();
-        Ok(CurrentImages { path, size, images })
+        Ok(CurrentImages { path, size, images, from })
     }
 
     /// Appends the file of current images [`Applier::write_current`] wrote to `plan`, for pass one.
     pub fn add_current(&mut self, plan: &mut Plan, current: CurrentImages) {
         self.roles.push(Role::Current);
+        self.current_from = current.from;
         let n = self.chain.incrementals.len();
         plan.files.push(DataFile {
             input: Input::Path(current.path),
@@ -516,6 +530,13 @@ impl Applier {
             size: current.size,
             expected: None,
         });
+    }
+
+    /// Where line `line` of the file of current images comes from: the data file of an
+    /// incremental export, as shown, and the line of the change record whose new image it is.
+    pub fn image_origin(&self, line: u64) -> Option<(&str, u64)> {
+        let &(file, at) = self.current_from.get(usize::try_from(line.checked_sub(1)?).ok()?)?;
+        Some((self.shown.get(file as usize)?.as_str(), at))
     }
 
     /// What plan file `i` is to the chain.

@@ -367,10 +367,20 @@ impl<'a> Worker<'a> {
         truncated: bool,
         f: &DataFile,
     ) -> Result<(), UnwindError> {
+        // A current image is a line of the run's own scratch file: its message names the change
+        // record it is the new image of.
+        let traced;
+        let message = match self.chain.filter(|_| self.role == Role::Current).and_then(|c| c.image_origin(line)) {
+            Some((file, at)) => {
+                traced = format!("{} (the new image of the change record at `{file}` line {at})", r.message);
+                traced.as_str()
+            }
+            None => r.message.as_str(),
+        };
         if self.settings.strict {
             let at = if r.attribute.is_empty() { String::new() } else { format!(" (attribute `{}`)", r.attribute) };
             return Err(UnwindError::Strict {
-                message: format!("`{}` line {line}{at}: {} [{}]", f.display, r.message, r.reason),
+                message: format!("`{}` line {line}{at}: {message} [{}]", f.display, r.reason),
             });
         }
         *self.reject_counts.entry(r.reason).or_default() += 1;
@@ -381,7 +391,7 @@ impl<'a> Worker<'a> {
             offset,
             reason: r.reason,
             attribute: &r.attribute,
-            message: &r.message,
+            message,
             raw,
             truncated,
         };

@@ -520,7 +520,7 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
     unwind(&[&full], &replayed, &small, 0);
     let (mut in_place_steps, mut linked, mut rewritten) = (0, 0, 0);
     let mut rejects_before = count_rows(&out.join("_rejects"));
-    let mut superseded_rejects = 0;
+    let (mut superseded_rejects, mut traced_images) = (0, 0);
     for (k, inc) in incs.iter().enumerate() {
         let before = listed_inodes(&out);
         unwind(&[inc], &out, &in_place, 0);
@@ -567,6 +567,7 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
         rejects_before = mine.len();
         superseded_rejects += removed;
         assert_eq!(mine, replays, "step {k}: `_rejects` by reason and raw line");
+        traced_images += current_image_rejects_name_their_change_records(&out);
         if options.is_empty() {
             assert_eq!(report["reconciliation"]["rejects"], replay["reconciliation"]["rejects"], "step {k}");
             assert_eq!(canonical_rows(&out.join("_rejects")), canonical_rows(&replayed.join("_rejects")), "step {k}");
@@ -618,7 +619,35 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
     // With the mapping, an apply changes again a key whose current image an earlier one rejected.
     if !options.is_empty() {
         assert!(superseded_rejects > 0, "no reject of an earlier apply was superseded");
+        assert!(traced_images > 0, "no reject of a current image");
     }
+}
+
+/// Checks that each reject of a current image in the output `out` names, in its message, the
+/// data file and line of a change record of the image's key; returns how many it checked.
+fn current_image_rejects_name_their_change_records(out: &Path) -> usize {
+    use std::io::Read as _;
+    let mut checked = 0;
+    for row in canonical_rows(&out.join("_rejects")) {
+        let r: Json = serde_json::from_str(&row).unwrap();
+        if !r["source_file"].as_str().unwrap().starts_with("<current images from ") {
+            continue;
+        }
+        let message = r["message"].as_str().unwrap();
+        let (_, origin) = message.rsplit_once(" (the new image of the change record at `").expect(message);
+        let (file, line) = origin.strip_suffix(')').and_then(|o| o.split_once("` line ")).expect(message);
+        let mut text = String::new();
+        let bytes = std::fs::read(file).unwrap();
+        flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_string(&mut text).unwrap();
+        let change: Json = serde_json::from_str(text.lines().nth(line.parse::<usize>().unwrap() - 1).unwrap()).unwrap();
+        let item: Json = serde_json::from_str(r["raw"].as_str().unwrap()).unwrap();
+        for key in ["PK", "SK"] {
+            assert_eq!(change["Keys"][key], item["Item"][key], "{message}");
+        }
+        assert!(change["NewImage"].is_object(), "{message}");
+        checked += 1;
+    }
+    checked
 }
 
 /// A mapped output whose full export had an item the mapping rejects (`name` missing), then an
