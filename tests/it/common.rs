@@ -100,12 +100,17 @@ pub fn sample_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
 /// changing that percent of the items. Returns the full export and the incremental exports in
 /// order.
 pub fn json_chain(dir: &Path, knobs: [u32; 5]) -> (PathBuf, Vec<PathBuf>) {
+    chain_as(dir, knobs, "dynamodb-json")
+}
+
+/// [`json_chain`] in the data-file format `format` (`dynamodb-json` or `ion`).
+pub fn chain_as(dir: &Path, knobs: [u32; 5], format: &str) -> (PathBuf, Vec<PathBuf>) {
     let names = ["--users", "--files", "--seed", "--incrementals", "--change-percent"];
     let mut args = vec!["sample".to_owned(), "--out".to_owned(), dir.to_str().unwrap().to_owned()];
     for (name, n) in names.iter().zip(knobs) {
         args.extend([(*name).to_owned(), n.to_string()]);
     }
-    args.extend(["--format".to_owned(), "dynamodb-json".to_owned()]);
+    args.extend(["--format".to_owned(), format.to_owned()]);
     let r = etl(&args);
     assert_eq!(r.code, 0, "{}", r.stderr);
     sample_chain(dir)
