@@ -396,15 +396,15 @@ impl Applier {
             }
             for (&(pos, i), records) in window.iter().zip(slots) {
                 for p in records {
-                    a.change(pos, p, i as u32, &files[i].display);
+                    a.change(pos, p, i as u32);
                 }
             }
         }
         Ok(a)
     }
 
-    fn change(&mut self, pos: usize, p: Parsed, index: u32, file: &str) {
-        let line = p.line;
+    fn change(&mut self, pos: usize, p: Parsed, index: u32) {
+        let (line, file) = (p.line, &self.shown[index as usize]);
         if self.key_names.is_empty() {
             self.key_names = p.names;
         } else if p.names != self.key_names {

@@ -189,11 +189,11 @@ pub fn locate(
         // The files of a plain Parquet output are listed by their paths in the output.
         let home = if listed.is_some() { &ip.home } else { &at };
         // A full-export item rejected is where a replay finds its key, as pass one's `matched`.
-        let of_base = std::sync::Mutex::new(Vec::new());
+        let of_base = std::cell::RefCell::new(Vec::new());
         let stale = |r: &crate::sink::delta::rejects::RejectRow<'_>| -> Result<bool, String> {
             Ok(match superseded(applier, r)? {
                 Some((i, Some(label))) => {
-                    of_base.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((i, label));
+                    of_base.borrow_mut().push((i, label));
                     true
                 }
                 Some((_, None)) => true,
@@ -206,7 +206,7 @@ pub fn locate(
             }
             Err(reason) => return Ok(Err(format!("table `{REJECTS_TABLE}`: {reason}"))),
         }
-        matched.extend(of_base.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner));
+        matched.extend(of_base.into_inner());
         matched.sort();
     }
     Ok(Ok(Located { matched, files }))
@@ -231,10 +231,10 @@ fn superseded(
     use crate::decode::{Format, Record};
     let current = r.source_file.starts_with(super::chain::CURRENT_IMAGES);
     if r.raw_truncated {
-        return match current {
-            true => Err(format!("a reject of `{}` holds only the start of its line", r.source_file)),
-            false => Ok(None),
-        };
+        if current {
+            return Err(format!("a reject of `{}` holds only the start of its line", r.source_file));
+        }
+        return Ok(None);
     }
     // An `Item` line of an incremental export is rejected as such whatever its key.
     if r.reason == crate::normalize::RejectReason::NotAnItem.code() {

@@ -37,7 +37,7 @@ pub struct RejectRow<'a> {
 
 /// `Ok(true)` for a row to leave out, `Err(reason)` when the row cannot be told (the run then
 /// replays).
-pub type Stale<'a> = dyn Fn(&RejectRow<'_>) -> Result<bool, String> + Sync + 'a;
+pub type Stale<'a> = dyn Fn(&RejectRow<'_>) -> Result<bool, String> + 'a;
 
 /// The columns [`locate`] reads.
 const COLUMNS: [&str; 4] = ["source_file", "reason", "raw", "raw_truncated"];
