@@ -76,8 +76,17 @@ struct Final {
     touched_by_new: bool,
     /// An export new to the output had a new image for this key.
     new_had_image: bool,
-    /// The plan file and line of the change record `line` is the image of.
-    from: (u32, u64),
+    /// The change record `line` is the image of.
+    from: Origin,
+}
+
+/// Where a change record is: its plan file, line, and the byte offset of the line's start in the
+/// (decompressed) file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    pub file: u32,
+    pub line: u64,
+    pub offset: u64,
 }
 
 /// The chain reduced to final changes, and what pass one needs to apply them.
@@ -110,8 +119,8 @@ pub struct Applier {
     in_place: bool,
     /// The plan's files as they are shown, for [`Applier::image_origin`].
     shown: Vec<String>,
-    /// Per line of the file of current images, the plan file and line of its change record.
-    current_from: Vec<(u32, u64)>,
+    /// Per line of the file of current images, its change record.
+    current_from: Vec<Origin>,
     pub warnings: Vec<String>,
 }
 
@@ -216,6 +225,8 @@ struct Parsed {
     /// For a delete: the table the mapping's key templates give the keys, if any.
     keys_table: Option<TableLabel>,
     line: u64,
+    /// The line's start in the (decompressed) file.
+    offset: u64,
 }
 
 /// The change records of one incremental data file, in line order. Rejected lines are skipped:
@@ -232,7 +243,7 @@ fn parse_file(
     let mut out = Vec::new();
     while let Some(frame) = framer.next_frame() {
         let corrupt = matches!(frame, Frame::Corrupt { .. });
-        if let Unit::Record { record: Record::Change(c), line, .. } = unit(format, frame, max_line_bytes) {
+        if let Unit::Record { record: Record::Change(c), line, offset, .. } = unit(format, frame, max_line_bytes) {
             let mut names: Vec<String> = c.keys.iter().map(|(k, _)| k.to_string()).collect();
             names.sort();
             let key = key_bytes(&names, &c.keys);
@@ -262,6 +273,7 @@ fn parse_file(
                 new_table,
                 keys_table,
                 line,
+                offset,
             });
         }
         if corrupt {
@@ -306,8 +318,8 @@ pub struct CurrentImages {
     path: PathBuf,
     size: u64,
     images: u64,
-    /// Per line, the plan file and line of its change record.
-    from: Vec<(u32, u64)>,
+    /// Per line, its change record.
+    from: Vec<Origin>,
 }
 
 impl Applier {
@@ -404,7 +416,7 @@ impl Applier {
     }
 
     fn change(&mut self, pos: usize, p: Parsed, index: u32) {
-        let (line, file) = (p.line, &self.shown[index as usize]);
+        let (line, offset, file) = (p.line, p.offset, &self.shown[index as usize]);
         if self.key_names.is_empty() {
             self.key_names = p.names;
         } else if p.names != self.key_names {
@@ -440,7 +452,7 @@ impl Applier {
             prev,
             touched_by_new: is_new == Some(true),
             new_had_image: is_new == Some(true) && has_image,
-            from: (index, line),
+            from: Origin { file: index, line, offset },
         };
         match known {
             Some(i) => {
@@ -532,11 +544,21 @@ impl Applier {
         });
     }
 
-    /// Where line `line` of the file of current images comes from: the data file of an
-    /// incremental export, as shown, and the line of the change record whose new image it is.
-    pub fn image_origin(&self, line: u64) -> Option<(&str, u64)> {
-        let &(file, at) = self.current_from.get(usize::try_from(line.checked_sub(1)?).ok()?)?;
-        Some((self.shown.get(file as usize)?.as_str(), at))
+    /// Where line `line` of the file of current images comes from: the change record whose new
+    /// image it is, in a data file of an incremental export.
+    pub fn image_origin(&self, line: u64) -> Option<Origin> {
+        self.current_from.get(usize::try_from(line.checked_sub(1)?).ok()?).copied()
+    }
+
+    /// Plan file `file` as it is shown.
+    pub fn shown(&self, file: u32) -> Option<&str> {
+        self.shown.get(file as usize).map(String::as_str)
+    }
+
+    /// Whether an export the output already held changed the key of final change `i` (so its
+    /// full-export item, if any, was superseded when that export was applied).
+    pub fn held_changed(&self, i: u32) -> bool {
+        self.finals.get(i as usize).is_some_and(|f| f.prev.is_some())
     }
 
     /// What plan file `i` is to the chain.

@@ -222,16 +222,21 @@ pub fn superseded_rejects(located: &BTreeMap<String, crate::sink::delta::merge::
 /// Whether reject `r` of an earlier run is of an item whose key `applier`'s new exports changed:
 /// a full-export item or a current image (a line its decoder reads as an item, not an `Item`
 /// line of an incremental export), which a replay would no longer unwind. `Some` with the key's
-/// final change, and for a full-export item the table it is routed to. `Err(reason)` for a
-/// current image whose line was cut short, whose key cannot be read.
+/// final change, and for a full-export item the table it is routed to.
+///
+/// Which of the two it is follows from the chain: when an export the output already held changed
+/// the key, applying that export superseded the key's full-export item (a replay never reads it,
+/// an apply in place left its reject out), so the reject is of a current image that export made.
+/// `Err(reason)` for a reject of a current image that an earlier build cut short and named by
+/// the file of current images: its key cannot be read.
 fn superseded(
     applier: &Applier,
     r: &crate::sink::delta::rejects::RejectRow<'_>,
 ) -> Result<Option<(u32, Option<TableLabel>)>, String> {
     use crate::decode::{Format, Record};
-    let current = r.source_file.starts_with(super::chain::CURRENT_IMAGES);
     if r.raw_truncated {
-        if current {
+        // Current images are read whole; only an earlier build cut one short.
+        if r.source_file.starts_with(super::chain::CURRENT_IMAGES) {
             return Err(format!("a reject of `{}` holds only the start of its line", r.source_file));
         }
         return Ok(None);
@@ -242,7 +247,7 @@ fn superseded(
     }
     let format = if r.raw.trim_start().starts_with("$ion_1_0") { Format::ExportIon } else { Format::ExportJson };
     let Ok(Record::Put(item)) = crate::decode::decode(format, r.raw.as_bytes()) else { return Ok(None) };
-    Ok(applier.changed_now(&item).map(|i| (i, (!current).then(|| applier.label(&item)))))
+    Ok(applier.changed_now(&item).map(|i| (i, (!applier.held_changed(i)).then(|| applier.label(&item)))))
 }
 
 /// What [`locate`] found.

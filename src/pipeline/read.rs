@@ -240,7 +240,8 @@ impl<'a> Worker<'a> {
         self.file = index as u32;
         self.file_rejects = 0;
         self.role = self.chain.map_or(Role::Plain, |c| c.role(index));
-        let max_line = self.settings.max_line_bytes;
+        // A current image is read whole: its change record's line was within the limit.
+        let max_line = if self.role == Role::Current { usize::MAX } else { self.settings.max_line_bytes };
         let mut framer = Framer::open(f, max_line, progress.bytes.clone())?;
         let format = framer.format();
         let mut pending = 0u64;
@@ -367,34 +368,28 @@ impl<'a> Worker<'a> {
         truncated: bool,
         f: &DataFile,
     ) -> Result<(), UnwindError> {
-        // A current image is a line of the run's own scratch file: its message names the change
-        // record it is the new image of.
+        // A current image is a line of the run's own scratch file: its reject is placed at the
+        // change record it is the new image of (the start of that record's line).
+        let (mut file, mut line, mut offset, mut shown) = (self.file, line, offset, f.display.as_str());
         let traced;
-        let message = match self.chain.filter(|_| self.role == Role::Current).and_then(|c| c.image_origin(line)) {
-            Some((file, at)) => {
-                traced = format!("{} (the new image of the change record at `{file}` line {at})", r.message);
-                traced.as_str()
-            }
-            None => r.message.as_str(),
-        };
+        let mut message = r.message.as_str();
+        if let Some(chain) = self.chain.filter(|_| self.role == Role::Current)
+            && let Some(origin) = chain.image_origin(line)
+            && let Some(origin_shown) = chain.shown(origin.file)
+        {
+            (file, line, offset, shown) = (origin.file, origin.line, origin.offset, origin_shown);
+            traced = format!("{message} (in the change record's new image)");
+            message = traced.as_str();
+        }
         if self.settings.strict {
             let at = if r.attribute.is_empty() { String::new() } else { format!(" (attribute `{}`)", r.attribute) };
             return Err(UnwindError::Strict {
-                message: format!("`{}` line {line}{at}: {message} [{}]", f.display, r.reason),
+                message: format!("`{shown}` line {line}{at}: {message} [{}]", r.reason),
             });
         }
         *self.reject_counts.entry(r.reason).or_default() += 1;
         self.file_rejects += 1;
-        let row = RejectRow {
-            file: self.file,
-            line,
-            offset,
-            reason: r.reason,
-            attribute: &r.attribute,
-            message,
-            raw,
-            truncated,
-        };
+        let row = RejectRow { file, line, offset, reason: r.reason, attribute: &r.attribute, message, raw, truncated };
         if !self.keep_rows {
             return Ok(());
         }

@@ -548,9 +548,10 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
         assert_eq!(report["reconciliation"]["balanced"], true, "step {k}");
         // `_rejects` keeps the rejects of earlier runs, less those of items whose keys this apply
         // changed (a replay drops them with the superseded items), and takes this apply's own:
-        // the replay's rejects. The rows of current images name their run's file of current
-        // images, so with a mapping (whose rejects are those of current images) the rows are
-        // compared by reason and raw line.
+        // the replay's rejects. The rows of current images name the change record the run that
+        // read them took the image from (a replay takes those of exports the output held from its
+        // compacted export again), so with a mapping (whose rejects are those of current images)
+        // the rows are compared by reason and raw line.
         let rejects = |out: &Path| -> Vec<(String, String)> {
             let rows = canonical_rows(&out.join("_rejects")).into_iter();
             let mut v: Vec<(String, String)> = rows
@@ -567,7 +568,7 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
         rejects_before = mine.len();
         superseded_rejects += removed;
         assert_eq!(mine, replays, "step {k}: `_rejects` by reason and raw line");
-        traced_images += current_image_rejects_name_their_change_records(&out);
+        traced_images += rejects_name_their_lines(&out);
         if options.is_empty() {
             assert_eq!(report["reconciliation"]["rejects"], replay["reconciliation"]["rejects"], "step {k}");
             assert_eq!(canonical_rows(&out.join("_rejects")), canonical_rows(&replayed.join("_rejects")), "step {k}");
@@ -623,31 +624,97 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
     }
 }
 
-/// Checks that each reject of a current image in the output `out` names, in its message, the
-/// data file and line of a change record of the image's key; returns how many it checked.
-fn current_image_rejects_name_their_change_records(out: &Path) -> usize {
+/// Checks that every reject in the output `out` names a line of its input: the rejected line
+/// itself (its start, when it was cut short), or for a current image the change record it is the
+/// new image of (of the image's key, its `NewImage` the image), at the offset where that record's
+/// line starts. Returns how many rejects of current images it checked.
+fn rejects_name_their_lines(out: &Path) -> usize {
     use std::io::Read as _;
+    let mut texts: BTreeMap<String, String> = BTreeMap::new();
     let mut checked = 0;
     for row in canonical_rows(&out.join("_rejects")) {
         let r: Json = serde_json::from_str(&row).unwrap();
-        if !r["source_file"].as_str().unwrap().starts_with("<current images from ") {
+        let file = r["source_file"].as_str().unwrap();
+        let text = texts.entry(file.to_owned()).or_insert_with(|| {
+            let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{row}: {e}"));
+            let mut text = String::new();
+            if file.ends_with(".gz") {
+                flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_string(&mut text).unwrap();
+            } else {
+                text = String::from_utf8(bytes).unwrap();
+            }
+            text
+        });
+        // Canonical rows hold 64-bit integers as text.
+        let int =
+            |c: &str| r[c].as_str().and_then(|v| v.parse::<usize>().ok()).unwrap_or_else(|| panic!("{row}: `{c}`"));
+        let n = int("line");
+        let start: usize = text.split_inclusive('\n').take(n - 1).map(str::len).sum();
+        let line = text[start..].lines().next().unwrap_or_else(|| panic!("{row}: no line {n}"));
+        let (raw, offset) = (r["raw"].as_str().unwrap(), int("byte_offset"));
+        if line == raw || (r["raw_truncated"] == true && line.starts_with(raw)) {
+            assert!((start..=start + line.len()).contains(&offset), "{row}: offset {offset} outside its line");
             continue;
         }
-        let message = r["message"].as_str().unwrap();
-        let (_, origin) = message.rsplit_once(" (the new image of the change record at `").expect(message);
-        let (file, line) = origin.strip_suffix(')').and_then(|o| o.split_once("` line ")).expect(message);
-        let mut text = String::new();
-        let bytes = std::fs::read(file).unwrap();
-        flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_string(&mut text).unwrap();
-        let change: Json = serde_json::from_str(text.lines().nth(line.parse::<usize>().unwrap() - 1).unwrap()).unwrap();
-        let item: Json = serde_json::from_str(r["raw"].as_str().unwrap()).unwrap();
+        let change: Json = serde_json::from_str(line).unwrap_or_else(|e| panic!("{row}: line {n} is `{line}`: {e}"));
+        let item: Json = serde_json::from_str(raw).unwrap();
         for key in ["PK", "SK"] {
-            assert_eq!(change["Keys"][key], item["Item"][key], "{message}");
+            assert_eq!(change["Keys"][key], item["Item"][key], "{row}");
         }
-        assert!(change["NewImage"].is_object(), "{message}");
+        // The image is written again as DynamoDB JSON: a number's text loses trailing zeros.
+        assert_eq!(numbers_trimmed(&change["NewImage"]), numbers_trimmed(&item["Item"]), "{row}");
+        assert_eq!(offset, start, "{row}: the change record's line starts at {start}");
+        assert!(r["message"].as_str().unwrap().ends_with(" (in the change record's new image)"), "{row}");
         checked += 1;
     }
     checked
+}
+
+/// `--strict` stops at the first current image a mapping rejects, naming the change record it is
+/// the new image of (the incremental export's data file and line), not the run's scratch file.
+#[test]
+fn a_strict_run_stops_at_the_change_record_of_a_rejected_image() {
+    use std::io::Read as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = json_chain(&tmp.path().join("s"), [60, 8, 11, 3, 4]);
+    let mapping = root().join("mappings/ecommerce.toml");
+    let sources: Vec<&Path> = std::iter::once(full.as_path()).chain(incs.iter().map(PathBuf::as_path)).collect();
+    let run = unwind(&sources, &tmp.path().join("out"), &["--mapping", mapping.to_str().unwrap(), "--strict"], 1);
+    let message = run.stderr.lines().next().unwrap();
+    assert!(message.ends_with("(in the change record's new image) [required]"), "{message}");
+    let (file, rest) =
+        message.strip_prefix("error: strict mode: `").and_then(|m| m.split_once("` line ")).expect(message);
+    let n: usize = rest.split(' ').next().unwrap().parse().expect(message);
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(&std::fs::read(file).unwrap()[..]).read_to_string(&mut text).unwrap();
+    let change: Json = serde_json::from_str(text.lines().nth(n - 1).unwrap()).unwrap();
+    assert!(change["Keys"].is_object() && change["NewImage"].is_object(), "{message}: {change}");
+    assert!(!tmp.path().join("out").exists(), "a strict run that stops publishes nothing");
+}
+
+/// DynamoDB JSON `value` with the text of each number (`N`, and in `NS`) without trailing zeros
+/// after its decimal point.
+fn numbers_trimmed(value: &Json) -> Json {
+    let trim =
+        |n: &str| if n.contains('.') { n.trim_end_matches('0').trim_end_matches('.').to_owned() } else { n.to_owned() };
+    match value {
+        Json::Object(m) => Json::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let v = match (k.as_str(), v) {
+                        ("N", Json::String(n)) => Json::String(trim(n)),
+                        ("NS", Json::Array(a)) => {
+                            a.iter().map(|n| n.as_str().map_or(n.clone(), |n| Json::String(trim(n)))).collect()
+                        }
+                        _ => numbers_trimmed(v),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Json::Array(a) => a.iter().map(numbers_trimmed).collect(),
+        v => v.clone(),
+    }
 }
 
 /// A mapped output whose full export had an item the mapping rejects (`name` missing), then an

@@ -331,7 +331,8 @@ fn incremental_exports_applied_in_place_onto_an_s3_output_give_the_replays_table
 /// The same with the sample mapping, whose rejects are current images': those of an earlier
 /// apply whose keys a later one changes again are read back from S3 and left out, as a replay
 /// leaves them out. The rejects are compared by reason and raw line (a current image's reject
-/// names its run's file of current images).
+/// names the change record its run read the image from: a replay reads those of the exports the
+/// output held from its compacted export).
 #[test]
 fn mapped_applies_in_place_onto_an_s3_output_give_the_replays_tables_and_rejects() {
     let mapping = root().join("mappings/ecommerce.toml");
