@@ -310,7 +310,8 @@ fn windows(tasks: &[(usize, usize)], size: impl Fn(usize) -> u64, min_files: usi
 /// Where the current images are written inside the scratch folder.
 const CURRENT_FILE: &str = "chain-current.jsonl";
 
-/// How the file of current images is named in the run report and in `_rejects`' `source_file`.
+/// How the file of current images is named in the run report (and, by earlier builds, in the
+/// `source_file` of `_rejects`' rows of current images).
 pub const CURRENT_IMAGES: &str = "<current images from ";
 
 /// The file of current images [`Applier::write_current`] wrote.

@@ -631,14 +631,7 @@ fn file_keys(
     rel: &str,
     vector: Option<&deltalake::kernel::DeletionVectorDescriptor>,
 ) -> Result<Result<(KeyCount, RoaringTreemap), String>, SinkError> {
-    let count = match home {
-        Home::Dir(d) => changed_rows(&d.join(rel), table, keyset),
-        Home::Object { store, url } => {
-            let key = Home::key(url, rel);
-            crate::store::io_runtime().block_on(stored_changed_rows(store, &key, &url.url_of(&key), table, keyset))
-        }
-    };
-    let count = match count? {
+    let count = match changed_rows_at(FileAt::In(home, rel), table, keyset)? {
         Ok(Some(count)) => count,
         Ok(None) => return Ok(Err(format!("data file `{rel}` lacks a key column"))),
         Err(reason) => return Ok(Err(reason)),
@@ -938,69 +931,116 @@ struct KeyCount {
 /// `Ok(None)` when it lacks a key column, `Err(reason)` when its keys cannot be compared (the
 /// table is then replaced whole).
 fn changed_rows(path: &Path, table: &str, keyset: &KeySet<'_>) -> Result<Result<Option<KeyCount>, String>, SinkError> {
-    let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, path))?;
-    let Some(mask) = key_columns(builder.schema(), builder.parquet_schema(), keyset) else { return Ok(Ok(None)) };
-    let mut scan = KeyScan::new(builder.metadata().num_row_groups(), builder.schema().clone());
-    for batch in builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, path))? {
-        let batch = batch.map_err(arrow_err(table, path))?;
-        match scan.add(&batch, keyset) {
-            Ok(true) => {}
-            Ok(false) => return Ok(Ok(None)),
-            Err(reason) => return Ok(Err(reason)),
-        }
-    }
-    Ok(Ok(Some(scan.count)))
+    changed_rows_at(FileAt::Path(path), table, keyset)
 }
 
-/// [`changed_rows`] for the object `key` of `store` (shown as `shown`): its footer, then only its
-/// key columns' chunks, fetched by range (never the whole file).
-#[allow(deprecated)] // `ParquetObjectReader` fetches the ranges the reader asks for, all this needs.
-async fn stored_changed_rows(
-    store: &Arc<dyn object_store::ObjectStore>,
-    key: &str,
-    shown: &str,
+/// [`changed_rows`] for a data file at `at` (an object's footer, then only its key columns'
+/// chunks, fetched by range: never the whole file).
+fn changed_rows_at(
+    at: FileAt<'_>,
     table: &str,
     keyset: &KeySet<'_>,
 ) -> Result<Result<Option<KeyCount>, String>, SinkError> {
-    use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
-    use futures::TryStreamExt as _;
-    let err = |source| SinkError::Part { table: table.to_owned(), path: shown.to_owned(), source };
-    let reader = ParquetObjectReader::new(store.clone(), object_store::path::Path::from(key));
-    let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(err)?;
-    let Some(mask) = key_columns(builder.schema(), builder.parquet_schema(), keyset) else { return Ok(Ok(None)) };
-    let mut scan = KeyScan::new(builder.metadata().num_row_groups(), builder.schema().clone());
-    let mut batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(err)?;
-    while let Some(batch) = batches.try_next().await.map_err(err)? {
-        match scan.add(&batch, keyset) {
-            Ok(true) => {}
-            Ok(false) => return Ok(Ok(None)),
-            Err(reason) => return Ok(Err(reason)),
+    let names: Vec<&str> = keyset.names.iter().map(String::as_str).collect();
+    let mut scan = KeyScan::default();
+    let mut lacks = false;
+    let read = read_columns(at, table, &names, &mut |batch| {
+        if scan.add(batch, keyset)? {
+            Ok(())
+        } else {
+            lacks = true;
+            Err(String::new())
+        }
+    })?;
+    if lacks {
+        return Ok(Ok(None));
+    }
+    Ok(read.map(|r| r.map(|r| KeyCount { row_groups: r.row_groups, schema: r.schema, ..scan.count })))
+}
+
+/// Where a data file is read from: a local path, or a file of a table's home (a path from it).
+#[derive(Clone, Copy)]
+pub(super) enum FileAt<'a> {
+    Path(&'a Path),
+    In(&'a Home, &'a str),
+}
+
+/// What [`read_columns`] read of a file besides its rows.
+pub(super) struct ColumnsRead {
+    /// The file's Arrow schema (all its columns).
+    pub schema: SchemaRef,
+    pub row_groups: usize,
+}
+
+/// Reads the columns `names` of the Parquet file at `at` (of table `table`), batch by batch into
+/// `each`; from an object store, its footer and then only those columns' chunks, by range.
+/// `Ok(None)` when the file lacks one of them, `Err(reason)` from `each`.
+pub(super) fn read_columns(
+    at: FileAt<'_>,
+    table: &str,
+    names: &[&str],
+    each: &mut dyn FnMut(&RecordBatch) -> Result<(), String>,
+) -> Result<Result<Option<ColumnsRead>, String>, SinkError> {
+    let mask = |schema: &Schema, parquet: &datafusion::parquet::schema::types::SchemaDescriptor| {
+        let indices: Option<Vec<usize>> = names.iter().map(|n| schema.index_of(n).ok()).collect();
+        indices.map(|i| ProjectionMask::roots(parquet, i))
+    };
+    let joined;
+    let path = match at {
+        FileAt::Path(p) => p,
+        FileAt::In(Home::Dir(d), rel) => {
+            joined = d.join(rel);
+            &joined
+        }
+        FileAt::In(Home::Object { store, url }, rel) => {
+            #[allow(deprecated)] // Fetches the ranges the reader asks for, all this needs.
+            use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+            use futures::TryStreamExt as _;
+            let key = Home::key(url, rel);
+            let shown = url.url_of(&key);
+            let err = |source| SinkError::Part { table: table.to_owned(), path: shown.clone(), source };
+            return crate::store::io_runtime().block_on(async {
+                #[allow(deprecated)]
+                let reader = ParquetObjectReader::new(store.clone(), object_store::path::Path::from(key.as_str()));
+                let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(err)?;
+                let (schema, row_groups) = (builder.schema().clone(), builder.metadata().num_row_groups());
+                let Some(mask) = mask(&schema, builder.parquet_schema()) else { return Ok(Ok(None)) };
+                let mut batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(err)?;
+                while let Some(batch) = batches.try_next().await.map_err(err)? {
+                    if let Err(reason) = each(&batch) {
+                        return Ok(Err(reason));
+                    }
+                }
+                Ok(Ok(Some(ColumnsRead { schema, row_groups })))
+            });
+        }
+    };
+    let file = fs::File::open(path).map_err(SinkError::io("open", path))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, path))?;
+    let (schema, row_groups) = (builder.schema().clone(), builder.metadata().num_row_groups());
+    let Some(mask) = mask(&schema, builder.parquet_schema()) else { return Ok(Ok(None)) };
+    for batch in builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(part_err(table, path))? {
+        if let Err(reason) = each(&batch.map_err(arrow_err(table, path))?) {
+            return Ok(Err(reason));
         }
     }
-    Ok(Ok(Some(scan.count)))
+    Ok(Ok(Some(ColumnsRead { schema, row_groups })))
 }
 
-/// The projection of a file's key columns; `None` when the file lacks one.
-fn key_columns(
-    schema: &Schema,
-    parquet: &datafusion::parquet::schema::types::SchemaDescriptor,
-    keyset: &KeySet<'_>,
-) -> Option<ProjectionMask> {
-    let indices: Option<Vec<usize>> = keyset.names.iter().map(|n| schema.index_of(n).ok()).collect();
-    Some(ProjectionMask::roots(parquet, indices?))
-}
-
-/// A [`KeyCount`] made batch by batch of a file's key columns.
+/// A [`KeyCount`] made batch by batch of a file's key columns (its schema and row groups filled
+/// in once the file is read).
 struct KeyScan {
     count: KeyCount,
 }
 
-impl KeyScan {
-    fn new(row_groups: usize, schema: SchemaRef) -> KeyScan {
-        KeyScan { count: KeyCount { positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups, schema } }
+impl Default for KeyScan {
+    fn default() -> KeyScan {
+        let schema = Arc::new(Schema::empty());
+        KeyScan { count: KeyCount { positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups: 0, schema } }
     }
+}
 
+impl KeyScan {
     /// Counts the next batch in; `Ok(false)` when it lacks a key column.
     fn add(&mut self, batch: &RecordBatch, keyset: &KeySet<'_>) -> Result<bool, String> {
         let c = &mut self.count;

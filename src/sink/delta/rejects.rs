@@ -10,18 +10,14 @@
 //! commit that appends the run's rejects ([`mark`]).
 
 use std::collections::HashMap;
-use std::fs;
 use std::path::Path;
 
 use datafusion::arrow::array::{Array, AsArray as _, RecordBatch};
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use datafusion::parquet::arrow::ProjectionMask;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::DeltaTable;
 use deltalake::kernel::{Action, Add};
 use roaring::RoaringTreemap;
 
-use super::merge::{BATCH_ROWS, Located, LocatedFile, arrow_err, delta_err, live_files, part_err};
+use super::merge::{FileAt, Located, LocatedFile, delta_err, live_files, read_columns};
 use super::{Home, dv};
 use crate::normalize::naming::REJECTS_TABLE;
 use crate::sink::SinkError;
@@ -105,8 +101,9 @@ pub fn locate(home: &Home, files: Option<&[String]>, stale: &Stale<'_>) -> Resul
             at += batch.num_rows() as u64;
             Ok(())
         };
-        let schema = match scan(home, &rel, &mut each)? {
-            Ok(schema) => schema,
+        let schema = match read_columns(FileAt::In(home, &rel), REJECTS_TABLE, &COLUMNS, &mut each)? {
+            Ok(Some(read)) => read.schema,
+            Ok(None) => return Ok(Err(format!("data file `{rel}` lacks a column of `_rejects`"))),
             Err(reason) => return Ok(Err(reason)),
         };
         if !positions.is_empty() && !takes_vectors {
@@ -115,58 +112,6 @@ pub fn locate(home: &Home, files: Option<&[String]>, stale: &Stale<'_>) -> Resul
         located.files.insert(rel, LocatedFile { positions, deleted, schema });
     }
     Ok(Ok(located))
-}
-
-/// Reads the [`COLUMNS`] of data file `rel` of `home` batch by batch into `each`; returns the
-/// file's Arrow schema, or `Err(reason)` from `each` or for a file without those columns.
-fn scan(
-    home: &Home,
-    rel: &str,
-    each: &mut dyn FnMut(&RecordBatch) -> Result<(), String>,
-) -> Result<Result<SchemaRef, String>, SinkError> {
-    let mask = |schema: &Schema, parquet: &datafusion::parquet::schema::types::SchemaDescriptor| {
-        let indices: Option<Vec<usize>> = COLUMNS.iter().map(|n| schema.index_of(n).ok()).collect();
-        indices.map(|i| ProjectionMask::roots(parquet, i))
-    };
-    let lacking = || format!("data file `{rel}` lacks a column of `_rejects`");
-    match home {
-        Home::Dir(d) => {
-            let path = d.join(rel);
-            let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
-            let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(REJECTS_TABLE, &path))?;
-            let schema = builder.schema().clone();
-            let Some(mask) = mask(&schema, builder.parquet_schema()) else { return Ok(Err(lacking())) };
-            let batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build();
-            for batch in batches.map_err(part_err(REJECTS_TABLE, &path))? {
-                if let Err(reason) = each(&batch.map_err(arrow_err(REJECTS_TABLE, &path))?) {
-                    return Ok(Err(reason));
-                }
-            }
-            Ok(Ok(schema))
-        }
-        Home::Object { store, url } => {
-            #[allow(deprecated)] // Fetches the ranges the reader asks for, all this needs.
-            use datafusion::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
-            use futures::TryStreamExt as _;
-            let key = Home::key(url, rel);
-            let shown = url.url_of(&key);
-            let err = |source| SinkError::Part { table: REJECTS_TABLE.to_owned(), path: shown.clone(), source };
-            crate::store::io_runtime().block_on(async {
-                #[allow(deprecated)]
-                let reader = ParquetObjectReader::new(store.clone(), object_store::path::Path::from(key.as_str()));
-                let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(err)?;
-                let schema = builder.schema().clone();
-                let Some(mask) = mask(&schema, builder.parquet_schema()) else { return Ok(Err(lacking())) };
-                let mut batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(err)?;
-                while let Some(batch) = batches.try_next().await.map_err(err)? {
-                    if let Err(reason) = each(&batch) {
-                        return Ok(Err(reason));
-                    }
-                }
-                Ok(Ok(schema))
-            })
-        }
-    }
 }
 
 /// What [`mark`] adds to a commit.
@@ -235,8 +180,8 @@ mod tests {
     use datafusion::parquet::arrow::ArrowWriter;
 
     fn write(path: &Path, batches: &[RecordBatch]) {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let mut w = ArrowWriter::try_new(fs::File::create(path).unwrap(), batches[0].schema(), None).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut w = ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batches[0].schema(), None).unwrap();
         for b in batches {
             w.write(b).unwrap();
         }
