@@ -692,6 +692,35 @@ fn a_strict_run_stops_at_the_change_record_of_a_rejected_image() {
     assert!(!tmp.path().join("out").exists(), "a strict run that stops publishes nothing");
 }
 
+/// A current image is read whole whatever `--max-line-bytes` is: its change record's line was
+/// within the limit, though the image written again as DynamoDB JSON is longer (an Ion number is
+/// shorter than its `{"N":…}` form). Before, it was cut short and rejected as too long.
+#[test]
+fn a_current_image_longer_than_the_line_limit_is_unwound_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let (full, incs) = chain_as(&dir, [60, 3, 11, 1, 4], "ion");
+    let ion: String = (0..150).map(|i| format!(",n{i}:{i}")).collect();
+    let change = format!(
+        r#"$ion_1_0 {{Metadata:{{WriteTimestampMicros:1780000000000000.}},Keys:{{PK:"WIDGET#1",SK:"WIDGET"}},NewImage:{{PK:"WIDGET#1",SK:"WIDGET",Type:"Widget"{ion}}}}}"#
+    );
+    let json: String = (0..150).map(|i| format!(r#","n{i}":{{"N":"{i}"}}"#)).collect();
+    let image =
+        format!(r#"{{"Item":{{"PK":{{"S":"WIDGET#1"}},"SK":{{"S":"WIDGET"}},"Type":{{"S":"Widget"}}{json}}}}}"#);
+    let limit = 2200;
+    assert!(change.len() < limit && image.len() > limit, "{} and {} bytes", change.len(), image.len());
+    append_line(&dir, &incs[0], &change);
+    let out = tmp.path().join("out");
+    unwind(&[&full, &incs[0]], &out, &["--max-line-bytes", &limit.to_string(), MISMATCH], 0);
+    let sql = |query: &str| {
+        let r = etl(["sql", "--data", out.to_str().unwrap(), "--format", "csv", query]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    assert_eq!(sql("SELECT n0, n149 FROM widget"), "n0,n149\n0,149\n");
+    assert_eq!(sql("SELECT count(*) AS n FROM _rejects WHERE raw LIKE '%WIDGET#1%'"), "n\n0\n");
+}
+
 /// DynamoDB JSON `value` with the text of each number (`N`, and in `NS`) without trailing zeros
 /// after its decimal point.
 fn numbers_trimmed(value: &Json) -> Json {
