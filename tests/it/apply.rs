@@ -629,21 +629,18 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
 /// new image of (of the image's key, its `NewImage` the image), at the offset where that record's
 /// line starts. Returns how many rejects of current images it checked.
 fn rejects_name_their_lines(out: &Path) -> usize {
-    use std::io::Read as _;
+    use etl::decode::{Format, Record, decode};
     let mut texts: BTreeMap<String, String> = BTreeMap::new();
     let mut checked = 0;
     for row in canonical_rows(&out.join("_rejects")) {
         let r: Json = serde_json::from_str(&row).unwrap();
         let file = r["source_file"].as_str().unwrap();
         let text = texts.entry(file.to_owned()).or_insert_with(|| {
-            let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{row}: {e}"));
-            let mut text = String::new();
             if file.ends_with(".gz") {
-                flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_string(&mut text).unwrap();
+                gunzip(Path::new(file))
             } else {
-                text = String::from_utf8(bytes).unwrap();
+                std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{row}: {e}"))
             }
-            text
         });
         // Canonical rows hold 64-bit integers as text.
         let int =
@@ -656,13 +653,16 @@ fn rejects_name_their_lines(out: &Path) -> usize {
             assert!((start..=start + line.len()).contains(&offset), "{row}: offset {offset} outside its line");
             continue;
         }
-        let change: Json = serde_json::from_str(line).unwrap_or_else(|e| panic!("{row}: line {n} is `{line}`: {e}"));
-        let item: Json = serde_json::from_str(raw).unwrap();
-        for key in ["PK", "SK"] {
-            assert_eq!(change["Keys"][key], item["Item"][key], "{row}");
+        // Read as DynamoDB values: the image is written again in canonical DynamoDB JSON (a
+        // number's text without trailing zeros).
+        let Ok(Record::Change(change)) = decode(Format::ExportJson, line.as_bytes()) else {
+            panic!("{row}: line {n} is not a change record: `{line}`")
+        };
+        let Ok(Record::Put(item)) = decode(Format::ExportJson, raw.as_bytes()) else { panic!("{row}: not an item") };
+        for key in &change.keys {
+            assert!(item.contains(key), "{row}: the image lacks the change record's key `{}`", key.0);
         }
-        // The image is written again as DynamoDB JSON: a number's text loses trailing zeros.
-        assert_eq!(numbers_trimmed(&change["NewImage"]), numbers_trimmed(&item["Item"]), "{row}");
+        assert_eq!(change.new.as_ref(), Some(&item), "{row}");
         assert_eq!(offset, start, "{row}: the change record's line starts at {start}");
         assert!(r["message"].as_str().unwrap().ends_with(" (in the change record's new image)"), "{row}");
         checked += 1;
@@ -674,7 +674,6 @@ fn rejects_name_their_lines(out: &Path) -> usize {
 /// the new image of (the incremental export's data file and line), not the run's scratch file.
 #[test]
 fn a_strict_run_stops_at_the_change_record_of_a_rejected_image() {
-    use std::io::Read as _;
     let tmp = tempfile::tempdir().unwrap();
     let (full, incs) = json_chain(&tmp.path().join("s"), [60, 8, 11, 3, 4]);
     let mapping = root().join("mappings/ecommerce.toml");
@@ -685,9 +684,7 @@ fn a_strict_run_stops_at_the_change_record_of_a_rejected_image() {
     let (file, rest) =
         message.strip_prefix("error: strict mode: `").and_then(|m| m.split_once("` line ")).expect(message);
     let n: usize = rest.split(' ').next().unwrap().parse().expect(message);
-    let mut text = String::new();
-    flate2::read::MultiGzDecoder::new(&std::fs::read(file).unwrap()[..]).read_to_string(&mut text).unwrap();
-    let change: Json = serde_json::from_str(text.lines().nth(n - 1).unwrap()).unwrap();
+    let change: Json = serde_json::from_str(gunzip(Path::new(file)).lines().nth(n - 1).unwrap()).unwrap();
     assert!(change["Keys"].is_object() && change["NewImage"].is_object(), "{message}: {change}");
     assert!(!tmp.path().join("out").exists(), "a strict run that stops publishes nothing");
 }
@@ -719,31 +716,6 @@ fn a_current_image_longer_than_the_line_limit_is_unwound_whole() {
     };
     assert_eq!(sql("SELECT n0, n149 FROM widget"), "n0,n149\n0,149\n");
     assert_eq!(sql("SELECT count(*) AS n FROM _rejects WHERE raw LIKE '%WIDGET#1%'"), "n\n0\n");
-}
-
-/// DynamoDB JSON `value` with the text of each number (`N`, and in `NS`) without trailing zeros
-/// after its decimal point.
-fn numbers_trimmed(value: &Json) -> Json {
-    let trim =
-        |n: &str| if n.contains('.') { n.trim_end_matches('0').trim_end_matches('.').to_owned() } else { n.to_owned() };
-    match value {
-        Json::Object(m) => Json::Object(
-            m.iter()
-                .map(|(k, v)| {
-                    let v = match (k.as_str(), v) {
-                        ("N", Json::String(n)) => Json::String(trim(n)),
-                        ("NS", Json::Array(a)) => {
-                            a.iter().map(|n| n.as_str().map_or(n.clone(), |n| Json::String(trim(n)))).collect()
-                        }
-                        _ => numbers_trimmed(v),
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        ),
-        Json::Array(a) => a.iter().map(numbers_trimmed).collect(),
-        v => v.clone(),
-    }
 }
 
 /// A mapped output whose full export had an item the mapping rejects (`name` missing), then an

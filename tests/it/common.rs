@@ -132,6 +132,14 @@ pub fn append_line(root: &Path, export: &Path, line: &str) {
     f.write_all(&gzip(format!("{line}\n").as_bytes())).unwrap();
 }
 
+/// The text of the gzip file at `path` (every member).
+pub fn gunzip(path: &Path) -> String {
+    use std::io::Read as _;
+    let mut s = String::new();
+    flate2::read::MultiGzDecoder::new(&std::fs::read(path).unwrap()[..]).read_to_string(&mut s).unwrap();
+    s
+}
+
 pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     e.write_all(bytes).unwrap();

@@ -57,13 +57,6 @@ fn data_files(export: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn gunzip(path: &Path) -> String {
-    use std::io::Read as _;
-    let mut s = String::new();
-    flate2::read::MultiGzDecoder::new(&std::fs::read(path).unwrap()[..]).read_to_string(&mut s).unwrap();
-    s
-}
-
 /// Decodes every line of DynamoDB JSON text as a change record.
 fn change_records(text: &str) -> Vec<Change<'_>> {
     text.lines()
