@@ -943,19 +943,8 @@ fn changed_rows_at(
 ) -> Result<Result<Option<KeyCount>, String>, SinkError> {
     let names: Vec<&str> = keyset.names.iter().map(String::as_str).collect();
     let mut scan = KeyScan::default();
-    let mut lacks = false;
-    let read = read_columns(at, table, &names, &mut |batch| {
-        if scan.add(batch, keyset)? {
-            Ok(())
-        } else {
-            lacks = true;
-            Err(String::new())
-        }
-    })?;
-    if lacks {
-        return Ok(Ok(None));
-    }
-    Ok(read.map(|r| r.map(|r| KeyCount { row_groups: r.row_groups, schema: r.schema, ..scan.count })))
+    let read = read_columns(at, table, &names, &mut |batch| scan.add(batch, keyset))?;
+    Ok(read.map(|r| r.map(|r| scan.finish(r))))
 }
 
 /// Where a data file is read from: a local path, or a file of a table's home (a path from it).
@@ -1027,30 +1016,31 @@ pub(super) fn read_columns(
     Ok(Ok(Some(ColumnsRead { schema, row_groups })))
 }
 
-/// A [`KeyCount`] made batch by batch of a file's key columns (its schema and row groups filled
-/// in once the file is read).
+/// The changed keys of a file's key columns, counted batch by batch (a [`KeyCount`] once the
+/// file is read).
+#[derive(Default)]
 struct KeyScan {
-    count: KeyCount,
-}
-
-impl Default for KeyScan {
-    fn default() -> KeyScan {
-        let schema = Arc::new(Schema::empty());
-        KeyScan { count: KeyCount { positions: Vec::new(), keys: Vec::new(), rows: 0, row_groups: 0, schema } }
-    }
+    positions: Vec<u64>,
+    keys: Vec<u32>,
+    rows: u64,
 }
 
 impl KeyScan {
-    /// Counts the next batch in; `Ok(false)` when it lacks a key column.
-    fn add(&mut self, batch: &RecordBatch, keyset: &KeySet<'_>) -> Result<bool, String> {
-        let c = &mut self.count;
-        let Some(found) = keyset.indexes(batch)? else { return Ok(false) };
+    /// Counts the next batch of the key columns in.
+    fn add(&mut self, batch: &RecordBatch, keyset: &KeySet<'_>) -> Result<(), String> {
+        // `read_columns` projects exactly the key columns, or reads nothing.
+        let Some(found) = keyset.indexes(batch)? else { return Err("a batch of the key columns lacks one".into()) };
         for (i, k) in found {
-            c.positions.push(c.rows + u64::from(i));
-            c.keys.push(k);
+            self.positions.push(self.rows + u64::from(i));
+            self.keys.push(k);
         }
-        c.rows += batch.num_rows() as u64;
-        Ok(true)
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    fn finish(self, read: ColumnsRead) -> KeyCount {
+        let KeyScan { positions, keys, rows } = self;
+        KeyCount { positions, keys, rows, row_groups: read.row_groups, schema: read.schema }
     }
 }
 
