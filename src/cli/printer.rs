@@ -233,12 +233,14 @@ fn chain_summary(c: &crate::sink::manifest::ChainReport) -> String {
         (Some(a), Some(b)) => format!(" ({} to {})", a.from_time, b.to_time),
         _ => String::new(),
     };
-    let counts = format!(
-        "{} change records on {} keys, {} items of the full export replaced or deleted",
-        group(c.change_records),
-        group(c.changed_keys),
-        group(c.superseded_items),
-    );
+    // In place the full export is not read again: what a change replaced is counted per table
+    // below, from the output's rows, never as the full export's items (0, unread).
+    let superseded = if c.applied_in_place {
+        "applied in place (the full export not read again)".to_owned()
+    } else {
+        format!("{} items of the full export replaced or deleted", group(c.superseded_items))
+    };
+    let counts = format!("{} change records on {} keys, {superseded}", group(c.change_records), group(c.changed_keys));
     let mut text = match (&c.previous_export, c.windows.len()) {
         // The exports named are all held already; the run wrote them again with its options.
         (Some(p), 0) => format!(
@@ -395,5 +397,39 @@ mod tests {
         assert_eq!(group(100), "100");
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
+    }
+
+    /// A replay counts the full export's items the changes superseded; an apply in place did not
+    /// read them, and says so instead of counting none.
+    #[test]
+    fn an_apply_in_place_does_not_count_the_full_exports_items() {
+        let replay = crate::sink::manifest::ChainReport {
+            full_export: "F".into(),
+            change_records: 3,
+            changed_keys: 2,
+            superseded_items: 2,
+            previous_export: Some("I1".into()),
+            windows: vec![crate::sink::manifest::WindowReport {
+                export: "I2".into(),
+                from_time: "a".into(),
+                to_time: "b".into(),
+                output_view: None,
+                records: 3,
+            }],
+            ..Default::default()
+        };
+        let first = |c: &crate::sink::manifest::ChainReport| chain_summary(c).lines().next().unwrap().to_owned();
+        assert!(
+            first(&replay).ends_with(": 3 change records on 2 keys, 2 items of the full export replaced or deleted"),
+            "{}",
+            first(&replay)
+        );
+        let in_place = crate::sink::manifest::ChainReport { superseded_items: 0, applied_in_place: true, ..replay };
+        assert!(
+            first(&in_place)
+                .ends_with(": 3 change records on 2 keys, applied in place (the full export not read again)"),
+            "{}",
+            first(&in_place)
+        );
     }
 }

@@ -288,10 +288,11 @@ pub struct ChainReport {
     /// to that previous output; the other counts are over the whole chain replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_export: Option<String>,
-    /// Set when the exports were applied in place (a Delta output with deletion vectors): the
-    /// full export was not read again (its checks passed when the output was made; it is not
-    /// among `inputs`), only the current rows of the keys the new exports changed were unwound,
-    /// and each key's table was found in the output's tables. `superseded_items` is then 0.
+    /// Set when the exports were applied in place (a Delta output with deletion vectors, or a
+    /// Parquet output with `--in-place`): the full export was not read again (its checks passed
+    /// when the output was made; it is not among `inputs`), only the current rows of the keys the
+    /// new exports changed were unwound, and each key's table was found in the output's tables.
+    /// `superseded_items` is then 0, and the summary says "applied in place" instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub applied_in_place: bool,
     /// Applied in place: rows of the output's `_rejects` left out because the new exports
