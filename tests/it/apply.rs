@@ -709,11 +709,7 @@ fn a_current_image_longer_than_the_line_limit_is_unwound_whole() {
     append_line(&dir, &incs[0], &change);
     let out = tmp.path().join("out");
     unwind(&[&full, &incs[0]], &out, &["--max-line-bytes", &limit.to_string(), MISMATCH], 0);
-    let sql = |query: &str| {
-        let r = etl(["sql", "--data", out.to_str().unwrap(), "--format", "csv", query]);
-        assert_eq!(r.code, 0, "{}", r.stderr);
-        r.stdout
-    };
+    let sql = |query: &str| sql_csv(out.to_str().unwrap(), &[query]);
     assert_eq!(sql("SELECT n0, n149 FROM widget"), "n0,n149\n0,149\n");
     assert_eq!(sql("SELECT count(*) AS n FROM _rejects WHERE raw LIKE '%WIDGET#1%'"), "n\n0\n");
 }

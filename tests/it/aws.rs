@@ -502,10 +502,9 @@ fn s3_out_and_sql() {
     let mut answers = Vec::new();
     for q in ["revenue_by_month", "top_customers_by_lifetime_value", "revenue_by_category", "products_never_ordered"] {
         let file = root().join("sql").join(format!("{q}.sql"));
-        let want = etl(["sql", "--data", &local, "-f", s(&file), "--format", "csv"]);
-        assert_eq!(want.code, 0, "{}", want.stderr);
+        let want = sql_csv(&local, &["-f", s(&file)]);
         let got = etl_aws(m, &["sql", "--data", &out_url, "-f", s(&file), "--format", "csv"], 0);
-        assert_eq!(got.stdout, want.stdout, "{q} over S3");
+        assert_eq!(got.stdout, want, "{q} over S3");
         let json = etl_aws(m, &["sql", "--data", &out_url, "-f", s(&file), "--format", "json"], 0);
         let path = tmp.path().join(format!("{q}.json"));
         std::fs::write(&path, json.stdout).unwrap();
@@ -533,8 +532,7 @@ fn s3_out_and_sql() {
     );
     let q = r#"select count(*) as n from "order""#;
     let got = etl_aws(m, &["sql", "--data", &out_url, q, "--format", "csv"], 0);
-    let want = etl(["sql", "--data", &local, q, "--format", "csv"]);
-    assert_eq!(got.stdout, want.stdout);
+    assert_eq!(got.stdout, sql_csv(&local, &[q]));
 }
 
 #[test]
@@ -929,6 +927,5 @@ fn s3_retention_keeps_the_replaced_run_and_running_uploads() {
     // Still one whole output that answers queries.
     let q = r#"select count(*) as n from "order""#;
     let got = etl_aws(m, &["sql", "--data", &url, q, "--format", "csv"], 0);
-    let want = etl(["sql", "--data", s(sample_out()), q, "--format", "csv"]);
-    assert_eq!(got.stdout, want.stdout);
+    assert_eq!(got.stdout, sql_csv(s(sample_out()), &[q]));
 }

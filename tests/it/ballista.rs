@@ -36,11 +36,9 @@ use crate::sql::library;
 /// `etl sql --data OUT -f QUERY --format csv EXTRA…`, which must succeed.
 #[cfg(feature = "ballista")]
 fn query(out: &Path, file: &Path, extra: &[&str]) -> String {
-    let mut args = vec!["sql", "--data", out.to_str().unwrap(), "-f", file.to_str().unwrap(), "--format", "csv"];
+    let mut args = vec!["-f", file.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let r = etl(&args);
-    assert_eq!(r.code, 0, "etl {args:?}\nstderr:\n{}", r.stderr);
-    r.stdout
+    sql_csv(out.to_str().unwrap(), &args)
 }
 
 /// Each library query over `out`, locally and on the cluster at `url`: the same CSV, byte for byte.

@@ -53,6 +53,16 @@ where
     }
 }
 
+/// `etl sql --data DATA --format csv ARGS…` (a query or `-f FILE`, and options), which must
+/// succeed: the CSV it prints.
+pub fn sql_csv(data: &str, args: &[&str]) -> String {
+    let mut all = vec!["sql", "--data", data, "--format", "csv"];
+    all.extend_from_slice(args);
+    let r = etl(&all);
+    assert_eq!(r.code, 0, "etl {all:?}\nstderr:\n{}", r.stderr);
+    r.stdout
+}
+
 /// `etl unwind sample-exports/shop --out DIR`, once for the whole test binary.
 pub fn sample_out() -> &'static Path {
     static OUT: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();

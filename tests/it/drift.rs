@@ -243,13 +243,9 @@ fn on_drift_fail_refuses_a_delta_output_and_commits_no_version() {
     assert_eq!(run_report(&out)["drift"]["tables"][0]["changes"][0]["to"], "decimal(38,2)");
     let data = out.to_str().unwrap();
     let query = r#"SELECT "PK", CAST(n AS VARCHAR) AS n, note FROM w ORDER BY "PK""#;
-    let now = etl(["sql", "--data", data, "--format", "csv", query]);
-    assert_eq!(now.code, 0, "{}", now.stderr);
-    assert_eq!(now.stdout, "PK,n,note\na,1.00,\nb,-20.00,\nc,2.25,hi\n");
-    let first =
-        etl(["sql", "--data", data, "--format", "csv", "--as-of", "0", r#"SELECT "PK", n FROM w ORDER BY "PK""#]);
-    assert_eq!(first.code, 0, "{}", first.stderr);
-    assert_eq!(first.stdout, "PK,n\na,1\nb,-20\n");
+    assert_eq!(sql_csv(data, &[query]), "PK,n,note\na,1.00,\nb,-20.00,\nc,2.25,hi\n");
+    let first = sql_csv(data, &["--as-of", "0", r#"SELECT "PK", n FROM w ORDER BY "PK""#]);
+    assert_eq!(first, "PK,n\na,1\nb,-20\n");
 }
 
 /// A bug's fixture: a Delta output keeps the exports it read in `_etl/base/`, by export id, and

@@ -698,7 +698,7 @@ fn s3_case(m: &Moto, tag: &str) -> S3Case {
     make_sample(&medium, 5000, 4, 3);
     let local = tmp.path().join("local");
     unwind(&[&medium], &local, &["-q"], 0);
-    let want = etl(["sql", "--data", s(&local), COUNTS, "--format", "csv"]).stdout;
+    let want = sql_csv(s(&local), &[COUNTS]);
     let bucket = unique(tag);
     py(m, "s3.py", &["mb", &bucket]);
     let out_url = format!("s3://{bucket}/o/");

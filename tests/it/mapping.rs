@@ -124,16 +124,13 @@ fn ecommerce_mapping_gives_typed_joinable_tables() {
     assert_eq!(report["reconciliation"]["rows_written"], items.len());
 
     // SQL sees the typed columns: a join on the parsed key column.
-    let r = etl([
-        "sql",
-        "--data",
+    let n = sql_csv(
         out.to_str().unwrap(),
-        "select count(*) as n from orders o join users u on o.user_email = u.email where o.ordered_at >= timestamp '2000-01-01T00:00:00Z'",
-        "--format",
-        "csv",
-    ]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout, format!("n\n{}\n", groups["Order"].len()));
+        &[
+            "select count(*) as n from orders o join users u on o.user_email = u.email where o.ordered_at >= timestamp '2000-01-01T00:00:00Z'",
+        ],
+    );
+    assert_eq!(n, format!("n\n{}\n", groups["Order"].len()));
 }
 
 /// The draft for the sample export: a snapshot, it loads, it unwinds without rejects, and its

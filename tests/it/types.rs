@@ -66,7 +66,5 @@ fn sql_reads_seconds_timestamps_as_instants() {
         OR (thing_id = 't3' AND made_at = TIMESTAMP '1970-01-01T00:00:01Z' \
           AND at_s = TIMESTAMP '1969-07-20T20:17:40Z') \
         ORDER BY thing_id";
-    let r = etl(["sql", "--data", out.to_str().unwrap(), query, "--format", "csv"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout, "thing_id\nt1\nt2\nt3\n");
+    assert_eq!(sql_csv(out.to_str().unwrap(), &[query]), "thing_id\nt1\nt2\nt3\n");
 }
