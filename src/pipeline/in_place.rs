@@ -90,8 +90,14 @@ pub fn candidate(
 }
 
 /// Where the keys `applier`'s new exports changed are live in the output's tables, as pass one's
-/// [`super::chain::ChainRead::matched`] would have them from the full export, the tables read on
-/// up to `threads` threads; `Ok(Err(reason))` when a table cannot say (the run then replays).
+/// [`super::chain::ChainRead::matched`] would have them from the full export, the tables' files
+/// read on up to `threads` threads; `Ok(Err(reason))` when a table cannot say (the run then
+/// replays).
+///
+/// Three passes on the pool: the changed keys decoded (once for every inferred table, as rows of
+/// its identity columns for each mapped table), each table's search made (a Delta table's log
+/// read), then every table's files searched, the largest first, so that the files of one large
+/// table are read on every thread.
 pub fn locate(
     ip: &InPlace,
     applier: &Applier,
@@ -99,11 +105,8 @@ pub fn locate(
     txn_version: Option<i64>,
     threads: usize,
 ) -> Result<Result<Located, String>, UnwindError> {
-    use crate::sink::delta::merge::ChangedKeys;
-    // Decoded once, by the workers: the changed keys as rows of the key attributes, for every
-    // inferred table (by the first worker that reads one), and as rows of each mapped table's
-    // identity columns (by the worker that reads the table).
-    let all_keys = std::sync::OnceLock::new();
+    use crate::sink::delta::merge::{ChangedKeys, FileFound, Search};
+    let started = std::time::Instant::now();
     let mut mapped = BTreeMap::new();
     for (table, found) in identities {
         if let Ok(k) = found {
@@ -111,8 +114,8 @@ pub fn locate(
         }
     }
     // Each table's label (none for a child table, whose rows are its parent's keys' too),
-    // contract and keys first, then the tables read on `threads` workers, largest first.
-    let mut tasks = Vec::new();
+    // contract and keys, the largest table first.
+    let mut tables = Vec::new();
     for t in &ip.previous.tables {
         if t.name == REJECTS_TABLE {
             continue;
@@ -135,52 +138,104 @@ pub fn locate(
         let Some(contract) = ip.contracts.iter().find(|c| c.table == t.name) else {
             return Ok(Err(format!("table `{}` has no contract in `_etl/schema/`", t.name)));
         };
-        tasks.push((t, label, contract, names, keys));
+        tables.push((t, label, contract, names, keys));
     }
-    tasks.sort_by_key(|(t, ..)| std::cmp::Reverse(t.rows));
-    type Found = (usize, Result<(Vec<u32>, crate::sink::delta::merge::Located), String>);
-    let workers = super::pool::run::<_, UnwindError>(
+    tables.sort_by_key(|(t, ..)| std::cmp::Reverse(t.rows));
+
+    // The changed keys decoded: by the first worker that needs them as rows of the key
+    // attributes, and by table as rows of a mapped table's identity columns.
+    let all_keys = std::sync::OnceLock::new();
+    let decoded = in_order(super::pool::run::<_, UnwindError>(
         threads,
-        tasks.len(),
-        |_| Ok(Vec::<Found>::new()),
-        |out, i, stop| {
-            stop.check::<UnwindError>()?;
-            let (t, _, contract, names, json) = &tasks[i];
-            let decoded;
-            let keys = match json {
-                Some(json) => {
-                    decoded = ChangedKeys::decode(json);
-                    &decoded
-                }
-                None => all_keys.get_or_init(|| ChangedKeys::decode(&applier.new_keys)),
-            };
-            let at = ip.home.join(&t.name);
-            let found = if crate::sink::delta::is_delta_output(&ip.previous) {
-                crate::sink::delta::merge::locate(&at, &t.name, contract, names, keys, txn_version)?
+        tables.len(),
+        |_| Ok(Vec::new()),
+        |out, i, _| {
+            if let Some(json) = tables[i].4 {
+                out.push((i, Some(ChangedKeys::decode(json))));
             } else {
-                let files: Vec<String> = t.files.iter().map(|f| f.path.clone()).collect();
-                crate::sink::delta::merge::locate_files(&ip.home, &t.name, &files, contract, names, keys)?
-            };
-            out.push((i, found));
+                all_keys.get_or_init(|| ChangedKeys::decode(&applier.new_keys));
+                out.push((i, None));
+            }
             Ok(())
         },
-    )?;
-    let mut results: Vec<Found> = workers.into_iter().flatten().collect();
-    results.sort_by_key(|(i, _)| *i);
-    let mut found = Vec::new();
-    let mut files = BTreeMap::new();
-    for (i, result) in results {
-        let (t, label, ..) = &tasks[i];
-        match result {
-            Ok((held, where_)) => {
-                if let Some(label) = label {
-                    found.extend(held.into_iter().map(|k| (k, label.clone())));
-                }
-                files.insert(t.name.clone(), where_);
-            }
-            Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),
+    )?);
+    let keys_of = |i: usize| match &decoded[i] {
+        Some(keys) => keys,
+        // Decoded by the table's task already.
+        None => all_keys.get_or_init(|| ChangedKeys::decode(&applier.new_keys)),
+    };
+    let delta = crate::sink::delta::is_delta_output(&ip.previous);
+    let searches = in_order(super::pool::run::<_, UnwindError>(
+        threads,
+        tables.len(),
+        |_| Ok(Vec::new()),
+        |out, i, stop| {
+            stop.check::<UnwindError>()?;
+            let (t, _, contract, names, _) = &tables[i];
+            let search = if delta {
+                Search::delta(ip.home.join(&t.name), &t.name, contract, names, keys_of(i), txn_version)?
+            } else {
+                let files: Vec<(String, u64)> = t.files.iter().map(|f| (f.path.clone(), f.bytes)).collect();
+                Search::files(ip.home.clone(), &t.name, &files, contract, names, keys_of(i))
+            };
+            out.push((i, search));
+            Ok(())
+        },
+    )?);
+    // Every file of every table that can be searched, the largest first.
+    let mut files: Vec<(usize, usize, u64)> = Vec::new();
+    for (i, search) in searches.iter().enumerate() {
+        if let Ok(s) = search {
+            files.extend(s.file_sizes().enumerate().map(|(f, bytes)| (i, f, bytes)));
         }
     }
+    files.sort_by_key(|&(i, f, bytes)| (std::cmp::Reverse(bytes), i, f));
+    let mut read: Vec<((usize, usize), Result<FileFound, String>)> = super::pool::run::<_, UnwindError>(
+        threads,
+        files.len(),
+        |_| Ok(Vec::new()),
+        |out, k, stop| {
+            stop.check::<UnwindError>()?;
+            let (i, f, _) = files[k];
+            if let Ok(search) = &searches[i] {
+                out.push(((i, f), search.read(f)?));
+            }
+            Ok(())
+        },
+    )?
+    .into_iter()
+    .flatten()
+    .collect();
+    read.sort_by_key(|(at, _)| *at);
+    tracing::info!(
+        tables = tables.len(),
+        files = files.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "found the changed keys in the output's tables"
+    );
+    let mut read = read.into_iter().peekable();
+    let mut found = Vec::new();
+    let mut located = BTreeMap::new();
+    for (i, search) in searches.into_iter().enumerate() {
+        let (t, label, ..) = &tables[i];
+        let search = match search {
+            Ok(s) => s,
+            Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),
+        };
+        let mut in_files = Vec::new();
+        while let Some((_, file)) = read.next_if(|((j, _), _)| *j == i) {
+            match file {
+                Ok(file) => in_files.push(file),
+                Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),
+            }
+        }
+        let (held, where_) = search.finish(in_files);
+        if let Some(label) = label {
+            found.extend(held.into_iter().map(|k| (k, label.clone())));
+        }
+        located.insert(t.name.clone(), where_);
+    }
+    let mut files = located;
     let mut matched = applier.matched_in_place(&found);
     if let Some(rejects) = ip.previous.tables.iter().find(|t| t.name == REJECTS_TABLE && t.rows > 0) {
         let at = ip.home.join(REJECTS_TABLE);
@@ -210,6 +265,14 @@ pub fn locate(
         matched.sort();
     }
     Ok(Ok(Located { matched, files }))
+}
+
+/// The results of a pass of [`super::pool::run`] whose workers each collected `(task, result)`
+/// pairs, in task order.
+fn in_order<T>(workers: Vec<Vec<(usize, T)>>) -> Vec<T> {
+    let mut all: Vec<(usize, T)> = workers.into_iter().flatten().collect();
+    all.sort_by_key(|(i, _)| *i);
+    all.into_iter().map(|(_, t)| t).collect()
 }
 
 /// How many rows of the output's `_rejects` [`locate`] found superseded (those a deletion

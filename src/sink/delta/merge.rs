@@ -75,14 +75,14 @@ pub struct MergeInput<'a> {
     /// The run asks for deletion vectors (`--deletion-vectors`): a table without them gets them
     /// (one commit setting `delta.enableDeletionVectors`) before it is merged.
     pub deletion_vectors: bool,
-    /// Where the run's check found the changed keys ([`locate`]), used when it read the version
+    /// Where the run's check found the changed keys ([`Search`]), used when it read the version
     /// this merge reads.
     pub located: Option<&'a Located>,
     /// Every row of `parts` is a changed key's (an apply in place stages nothing else).
     pub upserts_only: bool,
 }
 
-/// Where the changed keys are in the data files of one version of a table, as [`locate`] found
+/// Where the changed keys are in the data files of one version of a table, as a [`Search`] found
 /// them.
 #[derive(Debug, Clone, Default)]
 pub struct Located {
@@ -91,7 +91,7 @@ pub struct Located {
     pub files: HashMap<String, LocatedFile>,
 }
 
-/// One data file as [`locate`] found it.
+/// One data file as a [`Search`] found it.
 #[derive(Debug, Clone)]
 pub struct LocatedFile {
     /// The positions of its rows that hold a changed key, including those its vector deletes.
@@ -260,7 +260,7 @@ impl<'k> ChangedKeys<'k> {
     }
 }
 
-/// The changed keys a [`KeySet`] is made of: decoded once for every table ([`locate`]), or by
+/// The changed keys a [`KeySet`] is made of: decoded once for every table ([`Search`]), or by
 /// the set itself when it needs them ([`merge`]).
 #[derive(Clone, Copy)]
 enum Keys<'k> {
@@ -551,74 +551,103 @@ fn upserted_rows(
     Ok(Ok(upserts))
 }
 
-/// The changed keys a Delta table's current version holds (the indexes of `keys`, each once per live
-/// row: a row its deletion vector deletes is not held), found by reading the key columns of its
-/// data files; `Ok(Err(reason))` when its keys cannot be compared with them (as [`merge`] would
-/// replace the table for). What an apply that does not replay the full export knows of where
-/// each changed key was. A table whose `txn` already covers `txn_version` (an earlier attempt
-/// of the run merged it, then stopped) no longer says where the keys were: that is a reason too.
-pub fn locate(
-    home: &Home,
-    table: &str,
-    contract: &TableSchema,
-    key_attributes: &[String],
-    keys: &ChangedKeys<'_>,
-    txn_version: Option<i64>,
-) -> Result<Result<(Vec<u32>, Located), String>, SinkError> {
-    let fail = delta_err(table, &home.shown());
-    let handle = crate::store::io_runtime().block_on(home.open(None)).map_err(&fail)?;
-    let have = super::txn_version(&handle).map_err(&fail)?;
-    if let (Some(have), Some(want)) = (have, txn_version)
-        && have >= want
-    {
-        return Ok(Err("an earlier attempt of this apply merged it already".into()));
-    }
-    let keyset = match key_rows(contract, key_attributes, Keys::Decoded(keys)) {
-        Ok(k) => k,
-        Err(reason) => return Ok(Err(reason)),
-    };
-    let snapshot = handle.snapshot().map_err(&fail)?;
-    let mut found = Vec::new();
-    let mut located = Located { version: snapshot.version(), files: HashMap::new() };
-    for f in snapshot.log_data().iter() {
-        let rel = f.path().into_owned();
-        let (count, deleted) =
-            match file_keys(home, table, &keyset, &rel, f.remove_action(true).deletion_vector.as_ref())? {
-                Ok(read) => read,
-                Err(reason) => return Ok(Err(reason)),
-            };
-        found.extend(count.positions.iter().zip(&count.keys).filter(|(p, _)| !deleted.contains(**p)).map(|(_, k)| *k));
-        located.files.insert(rel, LocatedFile { positions: count.positions, deleted, schema: count.schema });
-    }
-    Ok(Ok((found, located)))
+/// One table's search for the changed keys, file by file: made by [`Search::delta`] (a Delta
+/// table's live files) or [`Search::files`] (a table of plain Parquet files); each file is read by
+/// [`Search::read`] on any thread, in any order, so the files of one large table are read on every
+/// worker; [`Search::finish`] puts the files' findings together.
+pub struct Search<'k> {
+    table: String,
+    home: Home,
+    keyset: KeySet<'k>,
+    version: u64,
+    /// Each file: its path from `home`, its deletion vector, its size in bytes.
+    files: Vec<(String, Option<deltalake::kernel::DeletionVectorDescriptor>, u64)>,
 }
 
-/// [`locate`] for a table of plain Parquet files (`files`, paths from `home`), which has no log
-/// and no deletion vectors: every row of its files is live.
-pub fn locate_files(
-    home: &Home,
-    table: &str,
-    files: &[String],
-    contract: &TableSchema,
-    key_attributes: &[String],
-    keys: &ChangedKeys<'_>,
-) -> Result<Result<(Vec<u32>, Located), String>, SinkError> {
-    let keyset = match key_rows(contract, key_attributes, Keys::Decoded(keys)) {
-        Ok(k) => k,
-        Err(reason) => return Ok(Err(reason)),
-    };
-    let mut found = Vec::new();
-    let mut located = Located { version: 0, files: HashMap::new() };
-    for rel in files {
-        let (count, _) = match file_keys(home, table, &keyset, rel, None)? {
+/// What [`Search::read`] found in one file.
+pub struct FileFound {
+    file: LocatedFile,
+    /// The indexes of the changed keys its live rows hold.
+    keys: Vec<u32>,
+}
+
+impl<'k> Search<'k> {
+    /// The search of the Delta table at `home` (its current version's live files);
+    /// `Ok(Err(reason))` when its keys cannot be compared, or an earlier attempt of this apply
+    /// (`txn_version`) merged the table already.
+    pub fn delta(
+        home: Home,
+        table: &str,
+        contract: &TableSchema,
+        key_attributes: &[String],
+        keys: &'k ChangedKeys<'k>,
+        txn_version: Option<i64>,
+    ) -> Result<Result<Self, String>, SinkError> {
+        let fail = delta_err(table, &home.shown());
+        let handle = crate::store::io_runtime().block_on(home.open(None)).map_err(&fail)?;
+        let have = super::txn_version(&handle).map_err(&fail)?;
+        if let (Some(have), Some(want)) = (have, txn_version)
+            && have >= want
+        {
+            return Ok(Err("an earlier attempt of this apply merged it already".into()));
+        }
+        let keyset = match key_rows(contract, key_attributes, Keys::Decoded(keys)) {
+            Ok(k) => k,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let snapshot = handle.snapshot().map_err(&fail)?;
+        let files = snapshot
+            .log_data()
+            .iter()
+            .map(|f| (f.path().into_owned(), f.remove_action(true).deletion_vector, f.size().max(0).unsigned_abs()))
+            .collect();
+        Ok(Ok(Search { table: table.to_owned(), home, keyset, version: snapshot.version(), files }))
+    }
+
+    /// The search of a table of plain Parquet files (`files`: paths from `home`, and sizes), which
+    /// has no log and no deletion vectors: every row of its files is live.
+    pub fn files(
+        home: Home,
+        table: &str,
+        files: &[(String, u64)],
+        contract: &TableSchema,
+        key_attributes: &[String],
+        keys: &'k ChangedKeys<'k>,
+    ) -> Result<Self, String> {
+        let keyset = key_rows(contract, key_attributes, Keys::Decoded(keys))?;
+        let files = files.iter().map(|(rel, bytes)| (rel.clone(), None, *bytes)).collect();
+        Ok(Search { table: table.to_owned(), home, keyset, version: 0, files })
+    }
+
+    /// The sizes of the files to read, in bytes, in the order [`Search::read`] numbers them.
+    pub fn file_sizes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.files.iter().map(|f| f.2)
+    }
+
+    /// Reads file `i`'s key columns (and deletion vector); `Ok(Err(reason))` when its keys cannot
+    /// be compared or its vector read.
+    pub fn read(&self, i: usize) -> Result<Result<FileFound, String>, SinkError> {
+        let (rel, vector, _) = &self.files[i];
+        let (count, deleted) = match file_keys(&self.home, &self.table, &self.keyset, rel, vector.as_ref())? {
             Ok(read) => read,
             Err(reason) => return Ok(Err(reason)),
         };
-        found.extend_from_slice(&count.keys);
-        let file = LocatedFile { positions: count.positions, deleted: RoaringTreemap::new(), schema: count.schema };
-        located.files.insert(rel.clone(), file);
+        let keys =
+            count.positions.iter().zip(&count.keys).filter(|(p, _)| !deleted.contains(**p)).map(|(_, k)| *k).collect();
+        Ok(Ok(FileFound { file: LocatedFile { positions: count.positions, deleted, schema: count.schema }, keys }))
     }
-    Ok(Ok((found, located)))
+
+    /// The changed keys the table's live rows hold (indexes into the keys, file after file), and
+    /// where; `found` holds what [`Search::read`] found in each file, in its order.
+    pub fn finish(self, found: Vec<FileFound>) -> (Vec<u32>, Located) {
+        let mut keys = Vec::new();
+        let mut located = Located { version: self.version, files: HashMap::with_capacity(found.len()) };
+        for ((rel, ..), f) in self.files.into_iter().zip(found) {
+            keys.extend_from_slice(&f.keys);
+            located.files.insert(rel, f.file);
+        }
+        (keys, located)
+    }
 }
 
 /// The rows of data file `rel` that hold a changed key (its key columns read) and the rows its
@@ -1130,6 +1159,65 @@ mod tests {
             let no_key = batch.project(&[0, 1]).unwrap();
             assert!(set.indexes(&no_key).unwrap().is_none(), "a batch without `PK` cannot say");
         }
+    }
+
+    /// A table's files are read in any order on any thread, and put together in file order: the
+    /// keys each file's rows hold, file after file, and each file's positions.
+    #[test]
+    fn a_search_reads_files_on_several_threads_and_finishes_in_file_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file_schema = Arc::new(schema(vec![
+            Field::new("PK", DataType::Utf8, true),
+            Field::new("SK", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        // Three files; the changed keys (A, 1), (B, 2), (C, 3) are in files 0 and 2 only.
+        let files: [&[(&str, i64)]; 3] = [&[("A", 1), ("Z", 9), ("B", 2)], &[("Y", 8)], &[("Z", 7), ("C", 3)]];
+        let mut listed = Vec::new();
+        for (i, rows) in files.iter().enumerate() {
+            let rel = format!("t/part-{i}.parquet");
+            std::fs::create_dir_all(dir.path().join("t")).unwrap();
+            let out = std::fs::File::create(dir.path().join(&rel)).unwrap();
+            let batch = RecordBatch::try_new(
+                file_schema.clone(),
+                vec![
+                    Arc::new(datafusion::arrow::array::StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                    Arc::new(datafusion::arrow::array::Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                    Arc::new(datafusion::arrow::array::StringArray::from(vec!["v"; rows.len()])),
+                ],
+            )
+            .unwrap();
+            let mut w = datafusion::parquet::arrow::ArrowWriter::try_new(out, file_schema.clone(), None).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            listed.push((rel, 100 - i as u64));
+        }
+        let json: Vec<String> = [
+            r#"{"PK":{"S":"C"},"SK":{"N":"3"}}"#,
+            r#"{"PK":{"S":"A"},"SK":{"N":"1"}}"#,
+            r#"{"PK":{"S":"B"},"SK":{"N":"2"}}"#,
+        ]
+        .map(String::from)
+        .to_vec();
+        let keys = ChangedKeys::decode(&json);
+        let names = ["PK".to_owned(), "SK".to_owned()];
+        let home = Home::Dir(dir.path().to_owned());
+        let search = Search::files(home, "t", &listed, &key_contract(), &names, &keys).unwrap();
+        assert_eq!(search.file_sizes().collect::<Vec<_>>(), [100, 99, 98]);
+        // The last file first, on one thread; the others on another.
+        let (last, first_two) = std::thread::scope(|s| {
+            let last = s.spawn(|| search.read(2).unwrap().unwrap());
+            let first_two = s.spawn(|| [search.read(1).unwrap().unwrap(), search.read(0).unwrap().unwrap()]);
+            (last.join().unwrap(), first_two.join().unwrap())
+        });
+        let [second, first] = first_two;
+        let (held, located) = search.finish(vec![first, second, last]);
+        assert_eq!(held, [1, 2, 0], "file 0 holds keys 1 and 2, file 2 key 0");
+        let positions = |rel: &str| located.files[rel].positions.clone();
+        assert_eq!(positions("t/part-0.parquet"), [0, 2]);
+        assert!(positions("t/part-1.parquet").is_empty());
+        assert_eq!(positions("t/part-2.parquet"), [1]);
+        assert_eq!(*located.files["t/part-1.parquet"].schema, *file_schema);
     }
 
     #[test]
