@@ -286,11 +286,13 @@ pub(crate) fn same_rows(
 }
 
 /// A run with `settings` writes the same files from the same input as the run that committed
-/// `previous`: the options that decide them agree ([`ReportOptions::same_output`]), and the run
-/// does not ask for deletion vectors a Delta output does not have yet.
+/// `previous`: the options that decide them agree ([`ReportOptions::same_output`]), the format
+/// is the output's, and the run does not ask for deletion vectors a Delta output does not have
+/// yet.
 fn same_output(previous: &RunManifest, settings: &UnwindSettings, layout: &crate::sink::manifest::FileLayout) -> bool {
     previous.options.same_output(&report_options(settings, layout.clone()))
         && (previous.deletion_vectors || !settings.deletion_vectors)
+        && crate::sink::delta::is_delta_output(previous) == (settings.format == Format::Delta)
 }
 
 /// A run with `settings` of the input `previous` was made from may be a no-op: it would write

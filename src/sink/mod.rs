@@ -276,7 +276,19 @@ pub fn open(target: &Target, settings: &SinkSettings) -> Result<Box<dyn Sink>, S
     let props = parquet::writer_properties(settings.row_group_rows);
     match target {
         Target::Path(dir) if settings.format == Format::Delta => Ok(Box::new(delta::DeltaSink::create(dir, props)?)),
-        Target::Path(dir) => Ok(Box::new(local::LocalSink::create(dir, settings.overwrite, props)?)),
+        Target::Path(dir) => {
+            let sink = local::LocalSink::create(dir, settings.overwrite, props)?;
+            // Parquet files and a `run.json` of them in place of Delta tables would drop the
+            // tables' logs and history, as on an object store they would orphan them: refused
+            // alike (a scheduled apply that left out `--format delta`).
+            if !settings.overwrite
+                && dir.join(local::RUN_REPORT).is_file()
+                && delta::is_delta_output(&RunManifest::read(dir)?)
+            {
+                return Err(delta::DeltaError::DeltaOutput { url: dir.display().to_string() }.into());
+            }
+            Ok(Box::new(sink))
+        }
         Target::Object(url) if settings.format == Format::Delta => {
             Ok(Box::new(delta::object::DeltaObjectSink::create(url.clone(), settings.aws.clone(), props)?))
         }

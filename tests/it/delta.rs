@@ -171,6 +171,29 @@ fn a_parquet_output_is_not_turned_into_delta_tables() {
     assert!(!out.join("user/_delta_log").exists());
 }
 
+/// A bug's fixture: a scheduled apply that left out `--format delta` wrote a local Delta output
+/// again as plain Parquet (its logs and history gone), where an `s3://` one was refused. Now a
+/// Parquet run refuses a local Delta output too, full export or incremental, and leaves it as it
+/// was.
+#[test]
+fn a_delta_output_is_not_turned_into_a_parquet_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, incs) = generated_chain(&tmp.path().join("chain"));
+    let out = tmp.path().join("out");
+    unwind(&[&full], &out, &["--format", "delta"], 0);
+    let before = run_report(&out);
+    for input in [&incs[0], &full] {
+        let r = unwind(&[input], &out, &["-q"], 2);
+        assert!(r.stderr.contains("holds Delta tables"), "{}", r.stderr);
+        assert!(r.stderr.contains("hint: pass `--format delta`"), "{}", r.stderr);
+        assert_eq!(run_report(&out), before, "{}", input.display());
+    }
+    assert_eq!(versions(&out).values().copied().collect::<Vec<_>>(), vec![0; versions(&out).len()]);
+    // With `--format delta`, the apply merges into the tables.
+    unwind(&[&incs[0]], &out, &["-q", "--format", "delta"], 0);
+    assert!(versions(&out).values().any(|&v| v == 1), "{:?}", versions(&out));
+}
+
 /// The query library (`tests/sql/*.slt`) gives the same answers over the Delta output as over the
 /// Parquet output.
 #[test]

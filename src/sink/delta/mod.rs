@@ -114,7 +114,7 @@ pub enum DeltaError {
     ParquetOutput { path: String },
     #[error("`{path}` holds files that are not an etl output; `--format delta` never writes beside them")]
     NotEmpty { path: String },
-    #[error("`{url}` holds Delta tables (`--format delta`); a Parquet output never writes beside them")]
+    #[error("`{url}` holds Delta tables (`--format delta`); a Parquet output never writes over or beside them")]
     DeltaOutput { url: String },
     /// Another run committed the table between this run's read and its commit, with other exports.
     #[error(
@@ -163,7 +163,7 @@ impl DeltaError {
                 "choose another `--out` for the Delta tables, or drop `--format delta` to replace the output as Parquet",
             ),
             DeltaError::DeltaOutput { .. } => {
-                Some("pass `--format delta` to update the Delta tables, or choose another prefix for Parquet")
+                Some("pass `--format delta` to update the Delta tables, or choose another `--out` for Parquet")
             }
             DeltaError::Conflict { .. } | DeltaError::OutputConflict { .. } => Some(
                 "runs writing the same `--out` must not overlap; the tables this run committed hold its exports' rows exactly once, and the output readers see is the other run's: run this one again once it has finished",
