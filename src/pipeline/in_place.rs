@@ -182,21 +182,21 @@ pub fn locate(
             Ok(())
         },
     )?);
-    // Every file of every table that can be searched, the largest first.
-    let mut files: Vec<(usize, usize, u64)> = Vec::new();
+    // Every file of every table that can be searched (table, file, bytes), the largest first.
+    let mut reads: Vec<(usize, usize, u64)> = Vec::new();
     for (i, search) in searches.iter().enumerate() {
         if let Ok(s) = search {
-            files.extend(s.file_sizes().enumerate().map(|(f, bytes)| (i, f, bytes)));
+            reads.extend(s.file_sizes().enumerate().map(|(f, bytes)| (i, f, bytes)));
         }
     }
-    files.sort_by_key(|&(i, f, bytes)| (std::cmp::Reverse(bytes), i, f));
-    let mut read: Vec<((usize, usize), Result<FileFound, String>)> = super::pool::run::<_, UnwindError>(
+    reads.sort_by_key(|&(i, f, bytes)| (std::cmp::Reverse(bytes), i, f));
+    let mut results: Vec<((usize, usize), Result<FileFound, String>)> = super::pool::run::<_, UnwindError>(
         threads,
-        files.len(),
+        reads.len(),
         |_| Ok(Vec::new()),
         |out, k, stop| {
             stop.check::<UnwindError>()?;
-            let (i, f, _) = files[k];
+            let (i, f, _) = reads[k];
             if let Ok(search) = &searches[i] {
                 out.push(((i, f), search.read(f)?));
             }
@@ -206,16 +206,16 @@ pub fn locate(
     .into_iter()
     .flatten()
     .collect();
-    read.sort_by_key(|(at, _)| *at);
+    results.sort_by_key(|(at, _)| *at);
     tracing::info!(
         tables = tables.len(),
-        files = files.len(),
+        files = reads.len(),
         ms = started.elapsed().as_millis() as u64,
         "found the changed keys in the output's tables"
     );
-    let mut read = read.into_iter().peekable();
+    let mut results = results.into_iter().peekable();
     let mut found = Vec::new();
-    let mut located = BTreeMap::new();
+    let mut files = BTreeMap::new();
     for (i, search) in searches.into_iter().enumerate() {
         let (t, label, ..) = &tables[i];
         let search = match search {
@@ -223,7 +223,7 @@ pub fn locate(
             Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),
         };
         let mut in_files = Vec::new();
-        while let Some((_, file)) = read.next_if(|((j, _), _)| *j == i) {
+        while let Some((_, file)) = results.next_if(|((j, _), _)| *j == i) {
             match file {
                 Ok(file) => in_files.push(file),
                 Err(reason) => return Ok(Err(format!("table `{}`: {reason}", t.name))),
@@ -233,9 +233,8 @@ pub fn locate(
         if let Some(label) = label {
             found.extend(held.into_iter().map(|k| (k, label.clone())));
         }
-        located.insert(t.name.clone(), where_);
+        files.insert(t.name.clone(), where_);
     }
-    let mut files = located;
     let mut matched = applier.matched_in_place(&found);
     if let Some(rejects) = ip.previous.tables.iter().find(|t| t.name == REJECTS_TABLE && t.rows > 0) {
         let at = ip.home.join(REJECTS_TABLE);
