@@ -215,7 +215,9 @@ pub struct UnwindArgs {
     /// from it), then the write phase for every shard, then the commit. `--out` is a folder all
     /// shards and the commit see (a shared file system for a job array), or an `s3://` prefix
     /// (the commit copies the shards' files server-side). A full export with its
-    /// incremental exports shards as one plan (each shard reads every incremental export).
+    /// incremental exports shards as one plan (each shard reads every incremental export). An
+    /// output the commit could not publish into (another format's, or not an etl output) is
+    /// refused before the shard reads a file.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<crate::source::shard::Shard>,
     /// Which phase of a `--shard` run: `infer` records what the shard's items look like, `write`

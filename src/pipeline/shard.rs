@@ -46,7 +46,7 @@ use crate::sink::manifest::FileLayout;
 use crate::sink::manifest::{EntityReport, FileReport, MappingReport, TableReport, Timings};
 use crate::sink::parquet::{part_path, writer_properties};
 use crate::sink::shard::{ShardArea, ShardPlace};
-use crate::sink::{self, Format, SinkSettings};
+use crate::sink::{self, Format, SinkError, SinkSettings};
 use crate::source::chain::{Chain, ChainError};
 use crate::source::shard::Shard;
 use crate::source::{self, Plan, SourceError};
@@ -88,6 +88,8 @@ pub enum ShardError {
         "shard {shard} read different data than its `--phase infer` did (`{path}`): the export changed between the two phases"
     )]
     InputChanged { shard: Shard, path: String },
+    #[error("`{out}` holds files that are not an etl output; `etl commit` never publishes shards there")]
+    NotEtlOutput { out: String },
     #[error("`{out}` holds no finished shard to commit")]
     NoShards { out: String },
     #[error("`{out}` holds shards of {runs} different runs: {list}")]
@@ -120,6 +122,9 @@ impl ShardError {
             ShardError::InputChanged { .. } => {
                 "run every shard's `--phase infer` again, then the write phase, over an export nobody changes".into()
             }
+            ShardError::NotEtlOutput { .. } => {
+                "choose a new or empty `--out`, or an etl output, for the shards (`--overwrite` replaces an output only in a run of one process)".into()
+            }
             ShardError::NoShards { .. } => {
                 "run `etl unwind … --out DIR --shard I/N` for every shard (after their `--phase infer`), then commit".into()
             }
@@ -134,7 +139,7 @@ impl ShardError {
 
     /// Refusals of what is on disk (exit 1); usage errors exit 2.
     pub fn is_policy(&self) -> bool {
-        !matches!(self, ShardError::NotFiles { .. } | ShardError::Chain)
+        !matches!(self, ShardError::NotFiles { .. } | ShardError::Chain | ShardError::NotEtlOutput { .. })
     }
 }
 
@@ -411,6 +416,18 @@ fn list_shards(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
+/// A shard's refusal of an output its commit could not publish into: what is not an etl
+/// output is [`ShardError::NotEtlOutput`], whose hint does not offer `--overwrite` (the commit
+/// never replaces anything).
+fn uncommittable(e: SinkError) -> UnwindError {
+    match e {
+        SinkError::NotEtlOutput { path: out } | SinkError::NotEtlPrefix { url: out } => {
+            ShardError::NotEtlOutput { out }.into()
+        }
+        e => e.into(),
+    }
+}
+
 /// Runs one phase of one shard.
 pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Result<ShardSummary, UnwindError> {
     let started = Instant::now();
@@ -418,7 +435,10 @@ pub fn run(settings: &UnwindSettings, run: ShardRun, progress: &Progress) -> Res
     if let Some(l) = settings.sources.iter().find(|l| matches!(l, Location::Stdin | Location::DynamoDb { .. })) {
         return Err(ShardError::NotFiles { source_name: l.to_string() }.into());
     }
-    let area = ShardArea::open(&settings.target, &settings.aws)?;
+    // What the commit would refuse is refused before any shard reads a file.
+    let area = ShardArea::open(&settings.target, &settings.aws)
+        .and_then(|a| a.refuse_uncommittable(settings.format).map(|()| a))
+        .map_err(uncommittable)?;
     // Nothing is created in the output until the run is known to be possible: the sources
     // resolved, the chain checked and, for the write phase, every shard's shapes there. (No
     // source of a shard spools: standard input and live tables are refused above.)

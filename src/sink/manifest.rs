@@ -601,7 +601,7 @@ pub fn read_committed(
 
 /// The committed run manifest of the output folder `dir` (after a publish interrupted between
 /// its two renames, the one it committed), if it holds one.
-fn local_committed(dir: &Path) -> Result<Option<RunManifest>, super::SinkError> {
+pub(super) fn local_committed(dir: &Path) -> Result<Option<RunManifest>, super::SinkError> {
     if !dir.join(RUN_MANIFEST).is_file() && super::local::interrupted_publish(dir).is_none() {
         return Ok(None);
     }
@@ -609,7 +609,7 @@ fn local_committed(dir: &Path) -> Result<Option<RunManifest>, super::SinkError> 
 }
 
 /// The committed run manifest under the object-store prefix `url`, if it holds one.
-async fn object_committed(
+pub(super) async fn object_committed(
     store: &std::sync::Arc<dyn object_store::ObjectStore>,
     url: &crate::store::ObjectUrl,
 ) -> Result<Option<RunManifest>, super::SinkError> {

@@ -285,7 +285,7 @@ pub fn open(target: &Target, settings: &SinkSettings) -> Result<Box<dyn Sink>, S
                 && dir.join(local::RUN_REPORT).is_file()
                 && delta::is_delta_output(&RunManifest::read(dir)?)
             {
-                return Err(delta::DeltaError::DeltaOutput { url: dir.display().to_string() }.into());
+                return Err(delta::DeltaError::DeltaOutput { path: dir.display().to_string() }.into());
             }
             Ok(Box::new(sink))
         }

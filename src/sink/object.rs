@@ -126,7 +126,7 @@ impl ObjectSink {
                 && super::delta::is_delta_output(m)
                 && !overwrite
             {
-                return Err(super::delta::DeltaError::DeltaOutput { url: url.to_string() }.into());
+                return Err(super::delta::DeltaError::DeltaOutput { path: url.to_string() }.into());
             }
             Ok::<_, SinkError>((store, head))
         })?;
@@ -385,7 +385,7 @@ pub(in crate::sink) async fn read_head(
 }
 
 /// Refuses a prefix that holds objects etl does not write (called when it has no head).
-async fn refuse_foreign(store: &Arc<dyn ObjectStore>, url: &ObjectUrl) -> Result<(), SinkError> {
+pub(super) async fn refuse_foreign(store: &Arc<dyn ObjectStore>, url: &ObjectUrl) -> Result<(), SinkError> {
     refuse_foreign_but(store, url, |_| false).await
 }
 

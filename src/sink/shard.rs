@@ -38,8 +38,9 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 
+use super::delta::DeltaError;
 use super::object::{ScratchRoot, obj_err, scratch_root};
-use super::{PartSink, PartWriter, Sink, SinkError};
+use super::{Format, PartSink, PartWriter, RunManifest, Sink, SinkError};
 use crate::aws::AwsOptions;
 use crate::source::shard::Shard;
 use crate::store::{self, ObjectUrl, Target, io_runtime};
@@ -178,6 +179,53 @@ impl ShardArea {
                 // etl's Parquet objects, or its Delta tables.
                 super::object::refuse_foreign_but(&store, url, super::delta::object::is_delta_key).await?;
                 Ok(ShardArea::Prefix { store, url: url.clone() })
+            }),
+        }
+    }
+
+    /// Refuses, before a shard reads a file, an output that the commit of a run of `format`
+    /// would refuse. The commit opens the output's sink as a run without `--overwrite` does
+    /// (`pipeline::shard`), so what that refuses is refused here, before the shards spend
+    /// their time: a Delta output for a Parquet run ([`DeltaError::DeltaOutput`]), a Parquet
+    /// output for a Delta run ([`DeltaError::ParquetOutput`]), and what is not an etl output
+    /// ([`SinkError::NotEtlOutput`] in a folder, [`SinkError::NotEtlPrefix`] under a prefix).
+    /// The shards' own `_etl/shards/` is allowed.
+    pub fn refuse_uncommittable(&self, format: Format) -> Result<(), SinkError> {
+        let delta = format == Format::Delta;
+        let refuse = |m: &RunManifest, shown: String| match (delta, super::delta::is_delta_output(m)) {
+            (true, false) => Err(SinkError::from(DeltaError::ParquetOutput { path: shown })),
+            (false, true) => Err(DeltaError::DeltaOutput { path: shown }.into()),
+            _ => Ok(()),
+        };
+        match self {
+            ShardArea::Folder(out) => {
+                if let Some(m) = super::manifest::local_committed(out)? {
+                    return refuse(&m, out.display().to_string());
+                }
+                // What `local::Staging::create` checks: a folder that is empty or holds only
+                // the shards' area.
+                let foreign = match fs::symlink_metadata(out) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                    Err(e) => return Err(io("inspect", out)(e)),
+                    Ok(m) if !m.is_dir() => {
+                        return Err(SinkError::NotADirectory { path: out.display().to_string() });
+                    }
+                    Ok(_) => {
+                        fs::read_dir(out).map_err(io("read", out))?.next().is_some()
+                            && !holds_only_shards(out).map_err(io("read", out))?
+                    }
+                };
+                if foreign { Err(SinkError::NotEtlOutput { path: out.display().to_string() }) } else { Ok(()) }
+            }
+            ShardArea::Prefix { store, url } => io_runtime().block_on(async {
+                match super::manifest::object_committed(store, url).await? {
+                    Some(m) => refuse(&m, url.to_string()),
+                    // [`ShardArea::open`] allowed Delta tables beside etl's objects (a Delta
+                    // run that stopped before its head): a Delta commit goes on from them, a
+                    // Parquet one refuses them, as `object::ObjectSink::create` does.
+                    None if !delta => super::object::refuse_foreign(store, url).await,
+                    None => Ok(()),
+                }
             }),
         }
     }

@@ -273,6 +273,45 @@ fn what_is_not_one_complete_run_is_refused_and_nothing_is_published() {
     assert!(!never.exists(), "a refused shard created `{}`", never.display());
 }
 
+/// What the commit would refuse to publish into is refused by the shards, before they read a
+/// file: a Delta output for a Parquet run, a Parquet output for a Delta run, a folder of other
+/// files (whose hint does not offer `--overwrite`: the commit never replaces anything). Before,
+/// every shard ran both phases and only `etl commit` refused. The outputs are left untouched.
+#[test]
+fn shards_refuse_an_output_their_commit_could_not_publish_into() {
+    let tmp = tempfile::tempdir().unwrap();
+    let export = disagreeing_export(&tmp.path().join("src"));
+    let refused = |out: &Path, extra: &[&str], says: &str| {
+        let before = crate::common::tree(out);
+        for phase in ["infer", "write"] {
+            let mut args = vec!["--shard", "0/2", "--phase", phase];
+            args.extend_from_slice(extra);
+            let r = unwind(&[&export], out, &args, 2);
+            assert!(r.stderr.contains(says) && r.stderr.contains("hint:"), "{}", r.stderr);
+            assert!(!r.stderr.contains("shard 0/2: read"), "{}", r.stderr);
+            assert!(!out.join("_etl/shards").exists(), "a refused shard wrote into `{}`", out.display());
+            assert_eq!(crate::common::tree(out), before);
+        }
+    };
+    let delta = tmp.path().join("delta");
+    unwind(&[&export], &delta, &["--format", "delta"], 0);
+    refused(&delta, &[], "holds Delta tables (`--format delta`)");
+    // `--overwrite` does not reach the commit, so it lets nothing through here.
+    refused(&delta, &["--overwrite"], "holds Delta tables (`--format delta`)");
+    let parquet = tmp.path().join("parquet");
+    unwind(&[&export], &parquet, &[], 0);
+    refused(&parquet, &["--format", "delta"], "holds a Parquet etl output");
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "keep").unwrap();
+    refused(&other, &[], "holds files that are not an etl output");
+    let r = unwind(&[&export], &other, &["--shard", "0/2", "--phase", "infer"], 2);
+    assert!(!r.stderr.contains("--overwrite` to replace"), "{}", r.stderr);
+    // The same formats shard and commit as before.
+    shard_and_commit(&[&export], &delta, 2, &["--format", "delta"]);
+    shard_and_commit(&[&export], &parquet, 2, &[]);
+}
+
 #[test]
 fn a_sharded_delta_commit_is_one_commit_per_table_with_one_runs_rows() {
     let tmp = tempfile::tempdir().unwrap();

@@ -114,8 +114,9 @@ pub enum DeltaError {
     ParquetOutput { path: String },
     #[error("`{path}` holds files that are not an etl output; `--format delta` never writes beside them")]
     NotEmpty { path: String },
-    #[error("`{url}` holds Delta tables (`--format delta`); a Parquet output never writes over or beside them")]
-    DeltaOutput { url: String },
+    /// A Parquet run's output (a folder or an object-store prefix) holds Delta tables.
+    #[error("`{path}` holds Delta tables (`--format delta`); a Parquet output never writes over or beside them")]
+    DeltaOutput { path: String },
     /// Another run committed the table between this run's read and its commit, with other exports.
     #[error(
         "Delta table `{table}` at `{path}` was committed by another run while this run was writing it; this run stopped there"
