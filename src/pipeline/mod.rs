@@ -835,23 +835,30 @@ mod tests {
         assert_eq!(rows as u64, users);
     }
 
-    /// Under a prefix, the shards refuse what their commit would refuse, before they write:
-    /// objects that are not an etl output (with a hint that does not offer `--overwrite`), and a
-    /// Parquet output for a Delta run.
-    #[test]
-    fn shards_refuse_a_prefix_their_commit_could_not_publish_into() {
-        let bucket = "pipeline-shards-refused";
+    /// A bucket whose prefix `data/` holds an object etl did not write, and a sample export to
+    /// unwind into it (in the returned folder).
+    fn foreign_prefix(bucket: &str) -> (tempfile::TempDir, PathBuf) {
         let store = crate::store::memory::store(bucket);
         crate::store::io_runtime()
             .block_on(store.put(&ObjPath::from("data/precious.csv"), PutPayload::from("keep")))
             .unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let export = sample(tmp.path());
+        (tmp, export)
+    }
+
+    /// Under a prefix, the shards refuse what their commit would refuse, before they write:
+    /// objects that are not an etl output (with a hint that does not offer `--overwrite`), and a
+    /// Parquet output for a Delta run.
+    #[test]
+    fn shards_refuse_a_prefix_their_commit_could_not_publish_into() {
+        let bucket = "pipeline-shards-refused";
+        let (_tmp, export) = foreign_prefix(bucket);
         let run = shard::ShardRun {
             shard: crate::source::shard::Shard { index: 0, count: 2 },
             phase: shard::ShardPhase::Infer,
         };
-        let mut s = UnwindSettings::new(vec![Location::Path(export.clone())], Target::Object(url(bucket, "data")));
+        let mut s = UnwindSettings::new(vec![Location::Path(export)], Target::Object(url(bucket, "data")));
         let e = shard::run(&s, run, &Progress::default()).unwrap_err();
         assert!(matches!(e, UnwindError::Shard(shard::ShardError::NotEtlOutput { .. })), "{e}");
         assert!(!e.hint().unwrap().contains("pass `--overwrite`"), "{:?}", e.hint());
@@ -872,12 +879,7 @@ mod tests {
     #[test]
     fn a_prefix_that_is_not_an_output_is_refused() {
         let bucket = "pipeline-not-output";
-        let store = crate::store::memory::store(bucket);
-        crate::store::io_runtime()
-            .block_on(store.put(&ObjPath::from("data/precious.csv"), PutPayload::from("keep")))
-            .unwrap();
-        let tmp = tempfile::tempdir().unwrap();
-        let export = sample(tmp.path());
+        let (_tmp, export) = foreign_prefix(bucket);
         let s = UnwindSettings::new(vec![Location::Path(export)], Target::Object(url(bucket, "data")));
         let e = unwind(&s, &Progress::default()).unwrap_err();
         assert!(matches!(e, UnwindError::Sink(SinkError::NotEtlPrefix { .. })), "{e}");
