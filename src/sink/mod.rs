@@ -281,11 +281,8 @@ pub fn open(target: &Target, settings: &SinkSettings) -> Result<Box<dyn Sink>, S
             // Parquet files and a `run.json` of them in place of Delta tables would drop the
             // tables' logs and history, as on an object store they would orphan them: refused
             // alike (a scheduled apply that left out `--format delta`).
-            if !settings.overwrite
-                && dir.join(local::RUN_REPORT).is_file()
-                && delta::is_delta_output(&RunManifest::read(dir)?)
-            {
-                return Err(delta::DeltaError::DeltaOutput { path: dir.display().to_string() }.into());
+            if !settings.overwrite && dir.join(local::RUN_REPORT).is_file() {
+                delta::refuse_other_format(&RunManifest::read(dir)?, false, &dir.display().to_string())?;
             }
             Ok(Box::new(sink))
         }

@@ -123,10 +123,9 @@ impl ObjectSink {
             }
             // Parquet files and a `run.json` of them beside Delta tables would orphan the tables.
             if let Some(m) = head.as_ref().and_then(|h| h.manifest.as_deref())
-                && super::delta::is_delta_output(m)
                 && !overwrite
             {
-                return Err(super::delta::DeltaError::DeltaOutput { path: url.to_string() }.into());
+                super::delta::refuse_other_format(m, false, &url.to_string())?;
             }
             Ok::<_, SinkError>((store, head))
         })?;

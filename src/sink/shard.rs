@@ -38,7 +38,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 
-use super::delta::DeltaError;
+use super::delta::refuse_other_format;
 use super::object::{ScratchRoot, obj_err, scratch_root};
 use super::{Format, PartSink, PartWriter, RunManifest, Sink, SinkError};
 use crate::aws::AwsOptions;
@@ -192,15 +192,12 @@ impl ShardArea {
     /// The shards' own `_etl/shards/` is allowed.
     pub fn refuse_uncommittable(&self, format: Format) -> Result<(), SinkError> {
         let delta = format == Format::Delta;
-        let refuse = |m: &RunManifest, shown: String| match (delta, super::delta::is_delta_output(m)) {
-            (true, false) => Err(SinkError::from(DeltaError::ParquetOutput { path: shown })),
-            (false, true) => Err(DeltaError::DeltaOutput { path: shown }.into()),
-            _ => Ok(()),
-        };
+        let refuse =
+            |m: &RunManifest, shown: &str| -> Result<(), SinkError> { Ok(refuse_other_format(m, delta, shown)?) };
         match self {
             ShardArea::Folder(out) => {
                 if let Some(m) = super::manifest::local_committed(out)? {
-                    return refuse(&m, out.display().to_string());
+                    return refuse(&m, &out.display().to_string());
                 }
                 // What `local::Staging::create` checks: a folder that is empty or holds only
                 // the shards' area.
@@ -219,7 +216,7 @@ impl ShardArea {
             }
             ShardArea::Prefix { store, url } => io_runtime().block_on(async {
                 match super::manifest::object_committed(store, url).await? {
-                    Some(m) => refuse(&m, url.to_string()),
+                    Some(m) => refuse(&m, &url.to_string()),
                     // [`ShardArea::open`] allowed Delta tables beside etl's objects (a Delta
                     // run that stopped before its head): a Delta commit goes on from them, a
                     // Parquet one refuses them, as `object::ObjectSink::create` does.

@@ -212,8 +212,8 @@ impl DeltaSink {
             Err(SinkError::NotEtlOutput { path }) => return Err(DeltaError::NotEmpty { path }.into()),
             other => other?,
         };
-        if target.join(RUN_REPORT).is_file() && !is_delta_output(&RunManifest::read(target)?) {
-            return Err(DeltaError::ParquetOutput { path: target.display().to_string() }.into());
+        if target.join(RUN_REPORT).is_file() {
+            refuse_other_format(&RunManifest::read(target)?, true, &target.display().to_string())?;
         }
         let scratch = super::scratch_dir(staging.path());
         fs::create_dir_all(&scratch).map_err(SinkError::io("create", &scratch))?;
@@ -227,6 +227,17 @@ impl DeltaSink {
 pub(super) fn run_tag() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     format!("{}-{nanos}", std::process::id())
+}
+
+/// Refuses the output `shown`, whose committed run manifest is `m`, to a run of the other format:
+/// a Delta run (`delta`) onto Parquet files ([`DeltaError::ParquetOutput`]), a Parquet run onto
+/// Delta tables ([`DeltaError::DeltaOutput`]). Every sink and a sharded run's shards check it.
+pub fn refuse_other_format(m: &RunManifest, delta: bool, shown: &str) -> Result<(), DeltaError> {
+    match (delta, is_delta_output(m)) {
+        (true, false) => Err(DeltaError::ParquetOutput { path: shown.to_owned() }),
+        (false, true) => Err(DeltaError::DeltaOutput { path: shown.to_owned() }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether a run manifest is that of a Delta output (its tables record Delta versions).

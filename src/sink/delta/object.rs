@@ -29,7 +29,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::file::properties::WriterProperties;
 use object_store::ObjectStore;
 
-use super::{DeltaError, DeltaRun, Home, TablesCommit, commit_tables, is_delta_output, record_versions};
+use super::{DeltaError, DeltaRun, Home, TablesCommit, commit_tables, record_versions, refuse_other_format};
 use crate::aws::AwsOptions;
 use crate::schema::TableSchema;
 use crate::sink::local::LocalSink;
@@ -73,10 +73,7 @@ impl DeltaObjectSink {
             let store: Arc<dyn ObjectStore> = store::open(&url, &aws).await?;
             let head = read_head(&store, &url, &format!("{}{RUN_MANIFEST}", url.dir_prefix())).await?;
             match head.as_ref().and_then(|h| h.manifest.as_deref()) {
-                Some(m) if !is_delta_output(m) => {
-                    return Err(DeltaError::ParquetOutput { path: url.to_string() }.into());
-                }
-                Some(_) => {}
+                Some(m) => refuse_other_format(m, true, &url.to_string())?,
                 // A run that stopped after its first table commits left tables but no head.
                 None => refuse_foreign_but(&store, &url, is_delta_key).await.map_err(|e| match e {
                     SinkError::NotEtlPrefix { url } => SinkError::from(DeltaError::NotEmpty { path: url }),
