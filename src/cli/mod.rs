@@ -191,8 +191,8 @@ pub struct UnwindArgs {
     /// rewriting every data file that holds one. Readers need deletion-vector support (Spark,
     /// Trino, DuckDB's `delta` extension, deltalake's DataFusion reader and `etl sql`; the Python
     /// `deltalake` package's pyarrow dataset refuses such tables). An output keeps them once a
-    /// run asked for them, and incremental exports are then applied in place: the full export
-    /// the output keeps is not read again.
+    /// run asked for them. Either way, incremental exports are applied onto a Delta output in
+    /// place: the full export the output keeps is not read again.
     #[arg(long, hide_short_help = true)]
     pub deletion_vectors: bool,
     /// Apply incremental exports onto a Parquet output (a folder or `s3://…`) in place: the full

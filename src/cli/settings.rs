@@ -37,9 +37,9 @@ impl SettingsError {
             }
             SettingsError::BadRcu(_) => None,
             SettingsError::DeletionVectorsWithoutDelta => Some("add `--format delta`, or drop `--deletion-vectors`"),
-            SettingsError::InPlaceWithDelta => Some(
-                "a Delta output is merged in place without it; with `--deletion-vectors` its apply also skips the full export",
-            ),
+            SettingsError::InPlaceWithDelta => {
+                Some("an apply onto a Delta output is made in place without it (the full export is not read again)")
+            }
         }
     }
 }

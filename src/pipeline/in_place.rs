@@ -1,6 +1,5 @@
-//! Applying incremental exports in place: onto a Delta output whose tables take deletion
-//! vectors, or with `--in-place` onto a Parquet output (local or on S3), an apply does not
-//! replay the full export it keeps.
+//! Applying incremental exports in place: onto a Delta output, or with `--in-place` onto a
+//! Parquet output (local or on S3), an apply does not replay the full export it keeps.
 //!
 //! An ordinary apply ([`super::apply`]) unwinds the whole chain again (the full export, the
 //! exports the output already applied, the new ones) and merges the keys the new exports changed
@@ -19,12 +18,14 @@
 //!   (and, for a Parquet output, widened where the changed rows need it: an `int64` column into
 //!   their `decimal`, a `decimal` into one of a larger scale) ([`complete`],
 //!   [`crate::schema::diff::extend`]); the Delta MERGE then marks the changed
-//!   keys' rows in deletion vectors and adds their new rows, and `_rejects` takes this run's
+//!   keys' rows in deletion vectors (without them, rewrites each file holding one without
+//!   those rows) and adds their new rows, and `_rejects` takes this run's
 //!   rejects by an append; a Parquet output's tables are made of its files, those holding changed
 //!   keys rewritten without them, and the run's rows ([`rewrite`], [`crate::sink::rewrite`]);
 //! - the rejects a replay would no longer make: the output's rejects of items whose keys the new
 //!   exports changed, found by reading their raw lines back ([`crate::sink::delta::rejects`]),
-//!   are left out of `_rejects` like changed keys' rows (in a deletion vector, or a rewrite).
+//!   are left out of `_rejects` like changed keys' rows (in a deletion vector, or a rewrite;
+//!   a Delta `_rejects` without deletion vectors replays instead).
 //!
 //! Anything that would need the replay (a changed row that does not fit its table's contract
 //! without rewriting it, a table without a contract, an earlier attempt of the same apply that
@@ -55,7 +56,7 @@ pub struct InPlace {
 }
 
 /// An apply in place onto the output `sink` writes, when this run can be one: incremental
-/// exports applied onto a Delta output with deletion vectors or, with
+/// exports applied onto a Delta output or, with
 /// `--in-place`, onto a Parquet output (a folder or an object-store prefix), whose rows the
 /// options of this run make. `None` for any other run, which replays as before.
 pub fn candidate(
@@ -77,7 +78,7 @@ pub fn candidate(
     let delta = crate::sink::delta::is_delta_output(&previous);
     let applies = match settings.format {
         Format::Parquet => !delta,
-        Format::Delta => delta && previous.deletion_vectors,
+        Format::Delta => delta,
     };
     // Only onto an output whose rows this run's options make (the same type attribute, line
     // limit, mapping): with others, the output is written again whole.

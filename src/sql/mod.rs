@@ -677,6 +677,11 @@ async fn register_delta(
 ) -> Result<TableInfo, SqlError> {
     let opened = delta_provider(ctx, &home.join(name), name, version).await?;
     let delta = datafusion::datasource::TableProvider::schema(opened.provider.as_ref());
+    // `_rejects` left without a file (every reject superseded, say) has its columns as written.
+    let listed = listed.or_else(|| {
+        (name == crate::normalize::naming::REJECTS_TABLE && opened.files.is_empty())
+            .then(crate::normalize::rejects_schema)
+    });
     let schema = delta_written_schema(data, &delta, listed, &opened.files).await?;
     let provider = match (remote, opened.files.is_empty()) {
         (false, _) => opened.provider,

@@ -325,16 +325,18 @@ fn versions(out: &Path) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-/// The number of commits in each table's Delta log.
+/// The number of commits in the Delta log of each table in `out` (listed in its report or not).
 fn log_lengths(out: &Path) -> std::collections::BTreeMap<String, usize> {
-    versions(out)
-        .into_keys()
-        .map(|t| {
-            let n = std::fs::read_dir(out.join(&t).join("_delta_log"))
+    std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("_delta_log").is_dir())
+        .map(|table| {
+            let n = std::fs::read_dir(table.join("_delta_log"))
                 .unwrap()
                 .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".json"))
                 .count();
-            (t, n)
+            (table.file_name().unwrap().to_string_lossy().into_owned(), n)
         })
         .collect()
 }
@@ -369,13 +371,25 @@ fn generated_chain(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
 }
 
 /// One apply onto tables of several files (`--target-file-bytes 1`: one file per input file), 3%
-/// of the items changed: a table with files that hold no changed key keeps them and rewrites only
-/// the others (`part-r…`) plus one file of the changed keys' rows (`part-u…`); a table whose every
-/// file holds a changed key gets this run's own files of the table in their place, none read or
-/// encoded again. Either way one MERGE commit, counts that add up to the rows of the new version,
-/// and exactly the rows of the Parquet chain.
+/// of the items changed, one MERGE commit per table, counts that add up to the rows of the new
+/// version, and exactly the rows of the Parquet chain. A MERGE without deletion vectors removes
+/// and rewrites only the files holding a changed key; the files no changed key is in stay as
+/// they are. Applied in place (the default onto a Delta output), the rewritten files are each
+/// file without those rows and one file of the changed keys' rows, even when every file holds one.
 #[test]
-fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when_all_do() {
+fn a_merge_in_place_rewrites_only_files_holding_changed_keys() {
+    merge_rewrites_only_files_holding_changed_keys(&[], true);
+}
+
+/// A replay (here forced by another line limit than the output's, which no line reaches) merges
+/// the same way, but a table whose every file holds a changed key takes the replay's own files of
+/// the complete table: nothing is read or encoded again.
+#[test]
+fn a_replayed_merge_uses_the_runs_files_when_every_file_holds_a_changed_key() {
+    merge_rewrites_only_files_holding_changed_keys(&["--max-line-bytes", "1000000"], false);
+}
+
+fn merge_rewrites_only_files_holding_changed_keys(apply_flags: &[&str], in_place: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
     let (full, incs) = json_chain(&dir, [60, 8, 11, 1, 3]);
@@ -383,13 +397,15 @@ fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when
     let small = ["--format", "delta", "--target-file-bytes", "1"];
     unwind(&[&full], &out, &small, 0);
     let before = versions(&out);
-    unwind(&[&incs[0]], &out, &small, 0);
+    unwind(&[&incs[0]], &out, &[&small[..], apply_flags].concat(), 0);
+    let report = run_report(&out);
+    assert_eq!(report["chain"]["applied_in_place"] == true, in_place, "{}", report["warnings"]);
     let reference = tmp.path().join("parquet");
     unwind(&[&full, &incs[0]], &reference, &[], 0);
     let expected = table_rows(&reference);
 
     let (mut some_kept, mut every_file) = (0, 0);
-    for t in run_report(&out)["tables"].as_array().unwrap() {
+    for t in report["tables"].as_array().unwrap() {
         let name = t["name"].as_str().unwrap();
         let table = out.join(name);
         let version = t["delta_version"].as_u64().unwrap();
@@ -423,7 +439,10 @@ fn a_merge_rewrites_only_files_holding_changed_keys_and_uses_the_runs_files_when
         } else {
             every_file += 1;
             assert!(has.iter().all(|f| !had.contains(f)), "`{name}`");
-            assert!(!added.is_empty() && !added.iter().any(rewritten), "`{name}`: {added:?}");
+            assert!(!added.is_empty(), "`{name}`");
+            // In place, each file rewritten and the changed keys' rows; in a replay, its files.
+            assert_eq!(added.iter().all(rewritten), in_place, "`{name}`: {added:?}");
+            assert!(in_place || !added.iter().any(rewritten), "`{name}`: {added:?}");
             assert_eq!(m["files_added"].as_u64().unwrap(), added.len() as u64, "`{name}`");
         }
     }
@@ -615,11 +634,12 @@ fn deletion_vectors_mark_the_rows_of_changed_keys_instead_of_rewriting_files() {
 
 /// A mapped output merges its tables by the columns their key templates fill (`email`;
 /// `user_email`, `ordered_at`, `order_id`; …), as an inferred one does by `PK` and `SK`: with
-/// deletion vectors, each apply of a generated chain is made in place, every mapped table by one
-/// MERGE; without, the replay's MERGE still merges each mapped table, except a child table that
-/// names its parent by only part of its key (`order_lines` without `ordered_at` in its
-/// `parent_columns`), which is replaced whole and says why. Either way every table holds, at its new
-/// version, exactly the rows of the same chain unwound in one run with the mapping.
+/// and without deletion vectors, each apply of a generated chain is made in place, every mapped
+/// table by one MERGE. A child table that names its parent by only part of its key
+/// (`order_lines` without `ordered_at` in its `parent_columns`) cannot be merged: the apply
+/// replays, and the replay's MERGE merges every other mapped table and replaces that one whole,
+/// saying why. Either way every table holds, at its new version, exactly the rows of the same
+/// chain unwound in one run with the mapping.
 #[test]
 fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
     let tmp = tempfile::tempdir().unwrap();
@@ -627,9 +647,10 @@ fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
     let sample = crate::common::root().join("mappings/ecommerce.toml");
     let partial = crate::apply::partial_parent_key_mapping(tmp.path());
     let mapped = ["users", "orders", "order_lines", "order_items", "products", "reviews"];
-    for (mapping, vectors) in [(&sample, true), (&partial, false)] {
+    for (mapping, vectors) in [(&sample, true), (&sample, false), (&partial, false)] {
+        let whole_keys = mapping == &sample;
         let m = ["--mapping", mapping.to_str().unwrap()];
-        let out = tmp.path().join(format!("delta-{vectors}"));
+        let out = tmp.path().join(format!("delta-{vectors}-{whole_keys}"));
         let mut first = vec!["--format", "delta", "--target-file-bytes", "1", m[0], m[1]];
         if vectors {
             first.push("--deletion-vectors");
@@ -641,8 +662,8 @@ fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
             unwind(&[&incs[k]], &out, &["--format", "delta", m[0], m[1]], 0);
             let report = run_report(&out);
             let in_place = report["chain"]["applied_in_place"] == true;
-            assert_eq!(in_place, vectors, "step {k}: {}", report["warnings"]);
-            let reference = tmp.path().join(format!("parquet-{vectors}-{k}"));
+            assert_eq!(in_place, whole_keys, "step {k}: {}", report["warnings"]);
+            let reference = tmp.path().join(format!("parquet-{vectors}-{whole_keys}-{k}"));
             let chain: Vec<&Path> =
                 std::iter::once(full.as_path()).chain(incs[..=k].iter().map(PathBuf::as_path)).collect();
             unwind(&chain, &reference, &m, 0);
@@ -656,7 +677,7 @@ fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
                 let version = t["delta_version"].as_u64().unwrap();
                 if merge["mode"] == "unchanged" {
                     assert_eq!(version, before[name], "step {k}: `{name}`: {merge}");
-                } else if !vectors && name == "order_lines" {
+                } else if !whole_keys && name == "order_lines" {
                     assert_eq!(merge["mode"], "replace", "step {k}: `{name}`: {merge}");
                     let reason = merge["reason"].as_str().unwrap();
                     assert!(reason.contains("`parent_columns` lack `ordered_at`"), "step {k}: {reason}");
@@ -675,7 +696,7 @@ fn mapped_tables_merge_by_the_columns_their_key_templates_fill() {
         for name in ["users", "orders", "order_items"] {
             assert!(merged.contains(name), "vectors {vectors}: `{name}` never had a changed key's rows removed");
         }
-        assert_eq!(merged.contains("order_lines"), vectors, "{merged:?}");
+        assert_eq!(merged.contains("order_lines"), whole_keys, "{merged:?}");
     }
 }
 
@@ -732,6 +753,33 @@ fn an_apply_in_place_marks_the_rejects_it_supersedes_deleted() {
     let added = actions(&log, "add");
     assert!(added.iter().any(|a| a["deletionVector"].is_object()), "a file added back with its vector: {log:?}");
     assert_eq!(actions(&log, "remove").len(), 1, "{log:?}");
+}
+
+/// Without deletion vectors, the file of `_rejects` holding a reject the apply in place
+/// supersedes is rewritten without it, in the commit that appends the run's rejects.
+#[test]
+fn an_apply_in_place_without_vectors_rewrites_the_rejects_it_supersedes() {
+    let (_tmp, out, report) =
+        crate::apply::a_superseded_reject_is_left_out(&["--format", "delta"], &["--format", "delta"]);
+    let rejects = report["tables"].as_array().unwrap().iter().find(|t| t["name"] == "_rejects").unwrap();
+    let merge = &rejects["delta_merge"];
+    assert_eq!((merge["mode"].as_str(), merge["rows_removed"].as_u64()), (Some("append"), Some(1)), "{rejects}");
+    assert_eq!(merge["files_rewritten"], 1, "{rejects}");
+    assert!(merge.get("files_marked").is_none(), "{rejects}");
+    let version = rejects["delta_version"].as_u64().unwrap();
+    let log = log_actions(&out.join("_rejects"), version);
+    let (removed, added) = (actions(&log, "remove"), actions(&log, "add"));
+    assert_eq!(removed.len(), 1, "{log:?}");
+    assert_eq!(removed[0]["size"], merge["bytes_rewritten"], "{log:?}");
+    assert!(added.iter().all(|a| a["deletionVector"].is_null()), "no vector: {log:?}");
+    assert_eq!(added.len() as u64, merge["files_added"].as_u64().unwrap(), "{log:?}");
+    // The file written again without the reject, unless the reject was all it held.
+    let before = version_files(&out.join("_rejects"), version - 1);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let held = version_rows(&out.join("_rejects"), version - 1).len();
+    let rewritten = added.iter().filter(|a| a["path"].as_str().unwrap().starts_with("part-r")).count();
+    assert_eq!(rewritten, usize::from(held > 1), "{held} rejects before: {log:?}");
+    assert_eq!(version_rows(&out.join("_rejects"), version).len() as u64, rejects["rows"].as_u64().unwrap());
 }
 
 /// `--deletion-vectors` given to an apply onto an output made without it: each merged table
@@ -1005,7 +1053,7 @@ fn a_repeated_apply_is_a_no_op_and_a_crash_between_table_commits_completes_on_re
     unwind(&[&full], &out, &["--format", "delta"], 0);
     let after_full = log_lengths(&out);
 
-    // Killed right after the first table's commit (`_rejects`, first by name).
+    // Killed right after the first table's commit (a table this apply creates, or merges).
     let args = ["unwind", incs[0].to_str().unwrap(), "--out", out.to_str().unwrap(), "--format", "delta"];
     let killed = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
         .args(args)
@@ -1323,14 +1371,15 @@ fn optimize_compacts_small_files_and_vacuum_deletes_what_no_version_needs() {
 }
 
 /// The real fixture (full export and its 2 incremental exports) applied one export at a time as
-/// Delta: the 8 items of the fixture, value by value, as the Parquet output has them.
+/// Delta: the 8 items of the fixture, value by value, as the Parquet output has them. Both applies
+/// are made in place (the full export is not read again), the key-only deletes of its `NEW_IMAGE`
+/// export found in the table itself, and the files holding changed keys rewritten.
 #[test]
 fn the_real_fixture_merged_into_delta_holds_the_eight_items() {
     real_fixture_into_delta(&[]);
 }
 
-/// The same with deletion vectors: both applies are made in place (the full export is not read
-/// again), the key-only deletes of its `NEW_IMAGE` export found in the table itself.
+/// The same with deletion vectors: the rows of changed keys marked deleted instead.
 #[test]
 fn the_real_fixture_applied_in_place_holds_the_eight_items() {
     real_fixture_into_delta(&["--deletion-vectors"]);
@@ -1349,9 +1398,8 @@ fn real_fixture_into_delta(flags: &[&str]) {
     let extra = ["--format", "delta", "--allow-mismatch", "--allow-gap"];
     for inc in ["01768386924000-d339e52d", "01768388186000-4a2fc3ff"] {
         unwind(&[&export(inc)], &out, &extra, 0);
-        let chain = &run_report(&out)["chain"];
-        let in_place = !flags.is_empty();
-        assert_eq!(chain["applied_in_place"] == true, in_place, "{inc}: {chain}");
+        let report = run_report(&out);
+        assert_eq!(report["chain"]["applied_in_place"], true, "{inc}: {}", report["warnings"]);
     }
     let v = versions(&out);
     assert_eq!(v["_untyped"], 2, "one commit per export");

@@ -759,26 +759,35 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             }
             continue;
         }
-        let path = home.local_copy(&live.add.path, scratch)?;
-        let count = match changed_rows(&path, table, &keyset)? {
-            Ok(Some(count)) => count,
-            Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path))),
-            Err(reason) => return Ok(Merged::Replace(reason)),
-        };
         if live.remove.deletion_vector.is_some() {
             // Rewriting it would bring back the rows its vector deletes.
-            home.done_with(&path);
             return Ok(Merged::Replace(format!(
                 "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
                 live.add.path,
                 dv::ENABLE
             )));
-        } else if count.positions.is_empty() {
+        }
+        // Where the run's check found the changed keys, a file holding none is not fetched.
+        let changed = match found.and_then(|l| l.files.get(&live.add.path)) {
+            Some(file) if file.positions.is_empty() => continue,
+            Some(file) => Some(file.positions.len()),
+            None => None,
+        };
+        let path = home.local_copy(&live.add.path, scratch)?;
+        let changed = match changed {
+            Some(n) => n,
+            None => match changed_rows(&path, table, &keyset)? {
+                Ok(Some(count)) => count.positions.len(),
+                Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path))),
+                Err(reason) => return Ok(Merged::Replace(reason)),
+            },
+        };
+        if changed == 0 {
             home.done_with(&path);
         } else {
             report.files_rewritten += 1;
             report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
-            report.rows_removed += count.positions.len() as u64;
+            report.rows_removed += changed as u64;
             holding.push((live.add.path, live.remove, path));
         }
     }
@@ -802,12 +811,12 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             actions.push(add);
             files.push(r);
         }
-    } else if total > 0 && holding.len() == total && plan.schema.fields() == new_schema.fields() {
+    } else if !upserts_only && total > 0 && holding.len() == total && plan.schema.fields() == new_schema.fields() {
         // Every file holds a changed key: rewriting each without those rows and adding the
         // changed keys' rows gives the replay's complete table, which the run has already written
         // in the table's layout when its columns are the table's (in order, then the added ones,
         // with the same types). Those parts are the commit's new files; nothing is read or
-        // encoded again.
+        // encoded again. (In place, the run's parts hold the changed keys' rows only.)
         let mut counts = Vec::with_capacity(parts.len());
         for part in &parts {
             match changed_rows(part, table, &keyset)? {
@@ -857,15 +866,10 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                 props,
                 table,
             )?;
-            for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))? {
-                let batch = batch.map_err(arrow_err(table, &path))?;
-                let m = match keyset.matches(&batch) {
-                    Ok(Some(m)) => m,
-                    Ok(None) => return Ok(Merged::Replace(format!("data file `{rel}` lacks a key column"))),
-                    Err(reason) => return Ok(Merged::Replace(reason)),
-                };
-                let kept = filter_record_batch(&batch, &not(&m)).map_err(arrow_err(table, &path))?;
-                out.write(&kept, table)?;
+            let batches = reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))?;
+            if let Err(reason) = without_changed_rows(batches, &keyset, &rel, &path, table, &mut out)? {
+                out.abandon();
+                return Ok(Merged::Replace(reason));
             }
             home.done_with(&path);
             actions.push(Action::Remove(remove));
@@ -889,6 +893,46 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         actions,
         report,
         files,
+    })
+}
+
+/// The rows of `batches` (data file `rel` of `table`, at `path`) that hold no changed key,
+/// written into `out`. The file is read and filtered on a thread of its own while `out` encodes
+/// (the larger part): a table of one large file is rewritten on two cores. `Ok(Err(reason))`
+/// when its keys cannot be compared.
+fn without_changed_rows(
+    batches: datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+    keyset: &KeySet<'_>,
+    rel: &str,
+    path: &Path,
+    table: &str,
+    out: &mut NewFile,
+) -> Result<Result<(), String>, SinkError> {
+    type Kept = Result<Result<RecordBatch, String>, SinkError>;
+    std::thread::scope(|s| {
+        // Two batches ahead at most: memory stays bounded by the batch size.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Kept>(2);
+        s.spawn(move || {
+            for batch in batches {
+                let kept = batch.map_err(arrow_err(table, path)).and_then(|batch| match keyset.matches(&batch) {
+                    Ok(Some(m)) => filter_record_batch(&batch, &not(&m)).map(Ok).map_err(arrow_err(table, path)),
+                    Ok(None) => Ok(Err(format!("data file `{rel}` lacks a key column"))),
+                    Err(reason) => Ok(Err(reason)),
+                });
+                let last = !matches!(kept, Ok(Ok(_)));
+                // The receiver is gone when the writer stopped: nothing more is wanted.
+                if tx.send(kept).is_err() || last {
+                    return;
+                }
+            }
+        });
+        for kept in rx {
+            match kept? {
+                Ok(batch) => out.write(&batch, table)?,
+                Err(reason) => return Ok(Err(reason)),
+            }
+        }
+        Ok(Ok(()))
     })
 }
 

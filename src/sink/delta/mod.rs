@@ -414,6 +414,8 @@ pub(super) fn commit_tables(
     let mut files = 0;
     let mut bytes = 0;
     let mut versions = BTreeMap::new();
+    // Tables an apply in place left without a row.
+    let mut emptied = Vec::new();
     let io = crate::store::io_runtime();
     for table in &mut manifest.tables {
         let at = home.join(&table.name);
@@ -505,11 +507,18 @@ pub(super) fn commit_tables(
                     }
                     files += added.len();
                     bytes += added.iter().map(|f| f.bytes).sum::<u64>();
+                    let committed = report.mode != manifest::MergeMode::Unchanged;
+                    if run.in_place && table.rows == 0 {
+                        // Its MERGE removed every row: it is emptied, as a replay would have it.
+                        emptied.push(table.name.clone());
+                    }
                     table.files = added;
                     table.delta_version = Some(version);
                     table.delta_merge = Some(report);
                     versions.insert(table.name.clone(), version);
-                    super::faults::point("delta-table-committed");
+                    if committed {
+                        super::faults::point("delta-table-committed");
+                    }
                     continue;
                 }
                 Ok(merge::Merged::Replace(reason)) if run.in_place && listed_before.is_some() => {
@@ -530,6 +539,10 @@ pub(super) fn commit_tables(
         at.place_stored(&copies)?;
         let mut adds = Vec::with_capacity(table.files.len());
         for ((f, from), file_name) in table.files.iter_mut().zip(&staged).zip(names) {
+            // Appended to a table that has its files, a file of no reject adds nothing.
+            if append_to.is_some() && f.rows == 0 {
+                continue;
+            }
             if copied {
                 adds.push(Action::Add(stored_add_action(file_name.clone(), f.bytes, f.rows)));
             } else {
@@ -541,19 +554,24 @@ pub(super) fn commit_tables(
             files += 1;
             bytes += f.bytes;
         }
+        if append_to.is_some() {
+            table.files.retain(|f| f.rows > 0);
+        }
         at.settle()?;
         let columns = delta_schema(&table.name, &schema)?;
         let appended = adds.len() as u64;
         // The rejects of earlier runs whose items this run superseded are marked deleted in the
         // same commit.
-        let marks = match (append_to, run.located.get(&table.name)) {
-            (Some(t), Some(located)) => match rejects::mark(&at, scratch, t, located)? {
+        let mut marks = match (append_to, run.located.get(&table.name)) {
+            (Some(t), Some(located)) => match rejects::mark(&at, scratch, t, located, props, tag)? {
                 Ok(m) => m,
                 Err(reason) => return Err(DeltaError::InPlace { table: table.name.clone(), path, reason }.into()),
             },
             _ => rejects::Marked::default(),
         };
-        adds.extend(marks.actions);
+        files += marks.files_added as usize;
+        bytes += marks.bytes_added;
+        adds.extend(std::mem::take(&mut marks.actions));
         let committed = match append_to {
             Some(t) if adds.is_empty() => Ok(t.version().unwrap_or_default()),
             Some(t) => commit_on_read_version(t, None, adds, commit_properties(run.txn_version))
@@ -582,8 +600,10 @@ pub(super) fn commit_tables(
                 changed_keys: run.merge.as_ref().map_or(0, |m| m.keys.len() as u64),
                 rows_upserted: table.rows,
                 rows_removed: marks.rows,
-                files_added: appended,
-                bytes_added: table.bytes(),
+                files_rewritten: marks.files_rewritten,
+                bytes_rewritten: marks.bytes_rewritten,
+                files_added: appended + marks.files_added,
+                bytes_added: table.bytes() + marks.bytes_added,
                 files_marked: marks.files,
                 deletion_vector_bytes: marks.vector_bytes,
                 ..Default::default()
@@ -593,7 +613,10 @@ pub(super) fn commit_tables(
             table.rows = (table.rows + listed_before.unwrap_or(0)).saturating_sub(marks.rows);
         }
         versions.insert(table.name.clone(), version);
-        super::faults::point("delta-table-committed");
+        // An append of nothing commits nothing.
+        if append_to.is_none() || appended > 0 || marks.rows > 0 {
+            super::faults::point("delta-table-committed");
+        }
     }
     // A table of the previous output that this run no longer has (every row left it, or the
     // full export has no such items) is emptied by one commit, so a Delta reader sees its true
@@ -622,6 +645,12 @@ pub(super) fn commit_tables(
             }
         }
         super::faults::point("delta-table-committed");
+    }
+    // An emptied table is not listed, like a table this run has no rows for: its MERGE commit
+    // left the Delta table without a live row.
+    manifest.tables.retain(|t| !emptied.contains(&t.name));
+    for name in &emptied {
+        versions.remove(name);
     }
     Ok(Placed { versions, files, bytes })
 }

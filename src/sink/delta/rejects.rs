@@ -7,17 +7,23 @@
 //! `_rejects` and adds its own, so the rows of those superseded items are found here, by a
 //! predicate the caller gives ([`locate`]), and left out: a Parquet table's files are rewritten
 //! without them ([`crate::sink::rewrite`]), a Delta table's are marked in deletion vectors in the
-//! commit that appends the run's rejects ([`mark`]).
+//! commit that appends the run's rejects, or rewritten without them in that commit when the
+//! table does not take deletion vectors ([`mark`]).
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use datafusion::arrow::array::{Array, AsArray as _, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray as _, BooleanArray, RecordBatch};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::file::properties::WriterProperties;
 use deltalake::DeltaTable;
 use deltalake::kernel::{Action, Add};
 use roaring::RoaringTreemap;
 
-use super::merge::{FileAt, Located, LocatedFile, delta_err, live_files, read_columns};
+use super::merge::{
+    BATCH_ROWS, FileAt, Located, LocatedFile, NewFile, arrow_err, delta_err, live_files, part_err, read_columns,
+};
 use super::{Home, dv};
 use crate::normalize::naming::REJECTS_TABLE;
 use crate::sink::SinkError;
@@ -44,8 +50,6 @@ const COLUMNS: [&str; 4] = ["source_file", "reason", "raw", "raw_truncated"];
 /// told or a file is not one of `_rejects`.
 pub fn locate(home: &Home, files: Option<&[String]>, stale: &Stale<'_>) -> Result<Result<Located, String>, SinkError> {
     let mut located = Located { version: 0, files: HashMap::new() };
-    // Rows of a Delta table are left out by a deletion vector.
-    let mut takes_vectors = true;
     let listed: Vec<(String, Option<deltalake::kernel::DeletionVectorDescriptor>)> = match files {
         Some(files) => files.iter().map(|f| (f.clone(), None)).collect(),
         None => {
@@ -57,7 +61,6 @@ pub fn locate(home: &Home, files: Option<&[String]>, stale: &Stale<'_>) -> Resul
             let handle = io.block_on(home.open(None)).map_err(&fail)?;
             let snapshot = handle.snapshot().map_err(&fail)?;
             located.version = snapshot.version();
-            takes_vectors = dv::enabled(&handle);
             snapshot.log_data().iter().map(|f| (f.path().into_owned(), f.remove_action(true).deletion_vector)).collect()
         }
     };
@@ -106,9 +109,6 @@ pub fn locate(home: &Home, files: Option<&[String]>, stale: &Stale<'_>) -> Resul
             Ok(None) => return Ok(Err(format!("data file `{rel}` lacks a column of `_rejects`"))),
             Err(reason) => return Ok(Err(reason)),
         };
-        if !positions.is_empty() && !takes_vectors {
-            return Ok(Err("it holds rejects this run supersedes, and does not take deletion vectors".into()));
-        }
         located.files.insert(rel, LocatedFile { positions, deleted, schema });
     }
     Ok(Ok(located))
@@ -122,18 +122,27 @@ pub struct Marked {
     pub files: u64,
     pub rows: u64,
     pub vector_bytes: u64,
+    /// Without deletion vectors: each file holding a located row is removed and written again
+    /// without those rows (its bytes, and the files added for it).
+    pub files_rewritten: u64,
+    pub bytes_rewritten: u64,
+    pub files_added: u64,
+    pub bytes_added: u64,
 }
 
 /// The actions that mark `located`'s rows of the Delta table `table` (at `home`) deleted, for the
 /// commit that appends the run's rejects: each data file holding such a row is removed and added
-/// back with a deletion vector of those rows and those its vector deleted already.
-/// `Ok(Err(reason))` when the table is no longer at the version `located` read, or does not take
-/// deletion vectors.
+/// back with a deletion vector of those rows and those its vector deleted already. A table that
+/// does not take deletion vectors has each such file rewritten without those rows instead (the
+/// new file named with `tag`, written with `props`). `Ok(Err(reason))` when the table is no
+/// longer at the version `located` read, or a file has a vector the table no longer takes.
 pub fn mark(
     home: &Home,
     scratch: &Path,
     table: &DeltaTable,
     located: &Located,
+    props: &WriterProperties,
+    tag: &str,
 ) -> Result<Result<Marked, String>, SinkError> {
     let fail = delta_err(REJECTS_TABLE, &home.shown());
     let (version, live) = live_files(table).map_err(&fail)?;
@@ -160,7 +169,7 @@ pub fn mark(
         return Ok(Ok(Marked::default()));
     }
     if !dv::enabled(table) {
-        return Ok(Err("`_rejects` does not take deletion vectors".into()));
+        return rewrite(home, scratch, marked, rows, props, tag);
     }
     let vectors: Vec<RoaringTreemap> = marked.iter().map(|(_, rows)| rows.clone()).collect();
     let (descriptors, vector_bytes) = dv::write(home, scratch, &vectors)?;
@@ -170,7 +179,53 @@ pub fn mark(
         actions.push(Action::Remove(live.remove));
         actions.push(Action::Add(Add { deletion_vector: Some(descriptor), ..live.add }));
     }
-    Ok(Ok(Marked { actions, files, rows, vector_bytes }))
+    Ok(Ok(Marked { actions, files, rows, vector_bytes, ..Marked::default() }))
+}
+
+/// [`mark`] for a table without deletion vectors: each file of `marked` removed and written
+/// again without the rows its set names.
+fn rewrite(
+    home: &Home,
+    scratch: &Path,
+    marked: Vec<(super::merge::Live, RoaringTreemap)>,
+    rows: u64,
+    props: &WriterProperties,
+    tag: &str,
+) -> Result<Result<Marked, String>, SinkError> {
+    let mut done = Marked { rows, ..Marked::default() };
+    for (i, (live, gone)) in marked.into_iter().enumerate() {
+        if live.remove.deletion_vector.is_some() {
+            // Rewriting it would bring back the rows its vector deletes.
+            return Ok(Err(format!(
+                "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
+                live.add.path,
+                dv::ENABLE
+            )));
+        }
+        let path = home.local_copy(&live.add.path, scratch)?;
+        let file = std::fs::File::open(&path).map_err(SinkError::io("open", &path))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(REJECTS_TABLE, &path))?;
+        let name = format!("part-r{i:05}-{tag}.parquet");
+        let mut out = NewFile::create(home.write_dir(scratch), name, reader.schema().clone(), props, REJECTS_TABLE)?;
+        let mut at = 0u64;
+        for batch in reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(REJECTS_TABLE, &path))? {
+            let batch = batch.map_err(arrow_err(REJECTS_TABLE, &path))?;
+            let kept: BooleanArray = (at..at + batch.num_rows() as u64).map(|p| Some(!gone.contains(p))).collect();
+            at += batch.num_rows() as u64;
+            let kept = filter_record_batch(&batch, &kept).map_err(arrow_err(REJECTS_TABLE, &path))?;
+            out.write(&kept, REJECTS_TABLE)?;
+        }
+        home.done_with(&path);
+        done.files_rewritten += 1;
+        done.bytes_rewritten += live.add.size.max(0).unsigned_abs();
+        done.actions.push(Action::Remove(live.remove));
+        if let Some((add, report)) = out.finish_into(home, REJECTS_TABLE)? {
+            done.files_added += 1;
+            done.bytes_added += report.bytes;
+            done.actions.push(add);
+        }
+    }
+    Ok(Ok(done))
 }
 
 #[cfg(test)]
