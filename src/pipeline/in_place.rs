@@ -24,8 +24,8 @@
 //!   keys rewritten without them, and the run's rows ([`rewrite`], [`crate::sink::rewrite`]);
 //! - the rejects a replay would no longer make: the output's rejects of items whose keys the new
 //!   exports changed, found by reading their raw lines back ([`crate::sink::delta::rejects`]),
-//!   are left out of `_rejects` like changed keys' rows (in a deletion vector, or a rewrite;
-//!   a Delta `_rejects` without deletion vectors replays instead).
+//!   are left out of `_rejects` like changed keys' rows (in a deletion vector, or a rewrite of
+//!   the files holding them).
 //!
 //! Anything that would need the replay (a changed row that does not fit its table's contract
 //! without rewriting it, a table without a contract, an earlier attempt of the same apply that

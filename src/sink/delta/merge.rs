@@ -760,12 +760,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             continue;
         }
         if live.remove.deletion_vector.is_some() {
-            // Rewriting it would bring back the rows its vector deletes.
-            return Ok(Merged::Replace(format!(
-                "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
-                live.add.path,
-                dv::ENABLE
-            )));
+            return Ok(Merged::Replace(vector_not_taken(&live.add.path)));
         }
         // Where the run's check found the changed keys, a file holding none is not fetched.
         let changed = match found.and_then(|l| l.files.get(&live.add.path)) {
@@ -894,6 +889,15 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         report,
         files,
     })
+}
+
+/// Why data file `rel`, which has a deletion vector, cannot be rewritten copy-on-write: the table
+/// no longer takes vectors, and the rewrite would bring back the rows its vector deletes.
+pub(super) fn vector_not_taken(rel: &str) -> String {
+    format!(
+        "data file `{rel}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
+        dv::ENABLE
+    )
 }
 
 /// The rows of `batches` (data file `rel` of `table`, at `path`) that hold no changed key,

@@ -572,8 +572,10 @@ pub(super) fn commit_tables(
         files += marks.files_added as usize;
         bytes += marks.bytes_added;
         adds.extend(std::mem::take(&mut marks.actions));
+        // An append of nothing (no reject, none superseded) commits nothing.
+        let unchanged = append_to.is_some() && adds.is_empty();
         let committed = match append_to {
-            Some(t) if adds.is_empty() => Ok(t.version().unwrap_or_default()),
+            Some(t) if unchanged => Ok(t.version().unwrap_or_default()),
             Some(t) => commit_on_read_version(t, None, adds, commit_properties(run.txn_version))
                 .map_err(merge::delta_err(&table.name, &path)),
             None => commit_table(&at, &table.name, columns, adds, run.txn_version, existing.as_ref(), vectors),
@@ -590,7 +592,7 @@ pub(super) fn commit_tables(
         table.delta_version = Some(version);
         if run.merge.is_some() {
             let (mode, reason) = match append_to {
-                Some(_) if appended == 0 && marks.rows == 0 => (manifest::MergeMode::Unchanged, None),
+                Some(_) if unchanged => (manifest::MergeMode::Unchanged, None),
                 Some(_) => (manifest::MergeMode::Append, None),
                 None => (manifest::MergeMode::Replace, replace_reason.or_else(|| Some("the table is new".into()))),
             };
@@ -613,8 +615,7 @@ pub(super) fn commit_tables(
             table.rows = (table.rows + listed_before.unwrap_or(0)).saturating_sub(marks.rows);
         }
         versions.insert(table.name.clone(), version);
-        // An append of nothing commits nothing.
-        if append_to.is_none() || appended > 0 || marks.rows > 0 {
+        if !unchanged {
             super::faults::point("delta-table-committed");
         }
     }

@@ -23,6 +23,7 @@ use roaring::RoaringTreemap;
 
 use super::merge::{
     BATCH_ROWS, FileAt, Located, LocatedFile, NewFile, arrow_err, delta_err, live_files, part_err, read_columns,
+    vector_not_taken,
 };
 use super::{Home, dv};
 use crate::normalize::naming::REJECTS_TABLE;
@@ -195,12 +196,7 @@ fn rewrite(
     let mut done = Marked { rows, ..Marked::default() };
     for (i, (live, gone)) in marked.into_iter().enumerate() {
         if live.remove.deletion_vector.is_some() {
-            // Rewriting it would bring back the rows its vector deletes.
-            return Ok(Err(format!(
-                "data file `{}` has a deletion vector, and the table no longer takes them (`{}` is not `true`)",
-                live.add.path,
-                dv::ENABLE
-            )));
+            return Ok(Err(vector_not_taken(&live.add.path)));
         }
         let path = home.local_copy(&live.add.path, scratch)?;
         let file = std::fs::File::open(&path).map_err(SinkError::io("open", &path))?;
