@@ -266,8 +266,14 @@ impl Col {
                     nulls.append_null();
                 }
                 Some(Value::M(fields)) => {
-                    for (name, c) in names.iter().zip(children.iter_mut()) {
-                        let found = fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+                    for (i, (name, c)) in names.iter().zip(children.iter_mut()).enumerate() {
+                        // Maps of one attribute usually list their fields in the struct's order,
+                        // so the field at the same place is tried first (names in a map are
+                        // unique: the decoder refuses a repeated one).
+                        let found = match fields.get(i) {
+                            Some((k, v)) if k == name => Some(v),
+                            _ => fields.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+                        };
                         c.append(found)?;
                     }
                     nulls.append_non_null();
@@ -608,6 +614,42 @@ mod tests {
         let too_big = (i64::MAX / 1000 + 1).to_string();
         let item: Item<'_> = vec![("at".into(), n(&too_big))];
         assert!(matches!(b.append(&item), Err(NormalizeError::Mismatch { .. })));
+    }
+
+    /// A struct's fields are found by name whatever the map's order, missing ones null: the
+    /// field at the struct's own place is only tried first.
+    #[test]
+    fn struct_fields_are_found_by_name_in_any_order() {
+        let field = |name: &str, ty| StructField { name: name.into(), ty, seen: BTreeMap::new() };
+        let fields = vec![field("a", ColumnType::Int64), field("b", ColumnType::Utf8), field("c", ColumnType::Int64)];
+        let table = TableSchema {
+            table: "t".into(),
+            entity: None,
+            columns: vec![column("s", ColumnType::Struct { fields })],
+            extra: None,
+        };
+        let map = |pairs: Vec<(&'static str, Value<'static>)>| -> Item<'static> {
+            vec![("s".into(), Value::M(pairs.into_iter().map(|(k, v)| (k.into(), v)).collect()))]
+        };
+        let items = [
+            map(vec![("a", n("1")), ("b", Value::S("x".into())), ("c", n("3"))]),
+            map(vec![("c", n("6")), ("a", n("4")), ("b", Value::S("y".into()))]),
+            map(vec![("b", Value::S("z".into()))]),
+            map(vec![("a", n("7")), ("c", n("9"))]),
+        ];
+        let mut b = BatchBuilder::new(&table);
+        for item in &items {
+            b.append(item).unwrap();
+        }
+        let batch = b.finish().unwrap();
+        let s = batch.column(0).as_struct();
+        let ints = |i: usize| -> Vec<Option<i64>> {
+            s.column(i).as_primitive::<datafusion::arrow::datatypes::Int64Type>().iter().collect()
+        };
+        assert_eq!(ints(0), [Some(1), Some(4), None, Some(7)]);
+        assert_eq!(ints(2), [Some(3), Some(6), None, Some(9)]);
+        let text: Vec<Option<&str>> = s.column(1).as_string::<i32>().iter().collect();
+        assert_eq!(text, [Some("x"), Some("y"), Some("z"), None]);
     }
 
     /// Rows appended attribute by attribute (pass two's way) are the rows `append` builds,
