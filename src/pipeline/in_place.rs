@@ -386,13 +386,16 @@ pub fn complete(ip: &InPlace, written: &mut Written) -> Result<(), String> {
 /// Makes each table of a Parquet output in place ([`crate::sink::rewrite`]): its files that
 /// hold no changed key kept, the others rewritten without those rows, and this run's rows
 /// (staged by pass two) added, on up to `threads` threads. `manifest` (reconciled already, with
-/// this run's rows only) then lists each table's files and rows. `Ok(Err(reason))` when a table's
-/// rows cannot be laid out in its schema (the run then replays).
+/// this run's rows only) then lists each table's files and rows. A table left without a row is
+/// listed as a replay lists it: `_rejects` and a table the mapping declares with one empty file,
+/// an inferred table not at all (nor its contract in `schemas`), as a full export of the table's
+/// current state has no item of it. `Ok(Err(reason))` when a table's rows cannot be laid out in
+/// its schema (the run then replays).
 pub fn rewrite(
     ip: &InPlace,
     located: &BTreeMap<String, crate::sink::delta::merge::Located>,
     manifest: &mut RunManifest,
-    schemas: &[TableSchema],
+    schemas: &mut Vec<TableSchema>,
     sink: &dyn Sink,
     settings: &super::UnwindSettings,
 ) -> Result<Result<(), String>, UnwindError> {
@@ -461,15 +464,34 @@ pub fn rewrite(
             source,
         })?;
     }
-    let schemas: Vec<_> = tables.iter().map(|t| t.schema.clone()).collect();
+    let arrow: Vec<_> = tables.iter().map(|t| t.schema.clone()).collect();
     let parts: Vec<usize> = tables.iter().map(rewrite::Table::spare_part).collect();
-    for (((t, files), schema), part) in manifest.tables.iter_mut().zip(files).zip(schemas).zip(parts) {
+    let lists_when_empty: Vec<bool> = manifest.tables.iter().map(|t| manifest.lists_when_empty(t)).collect();
+    let mut emptied = Vec::new();
+    for ((((t, files), schema), part), listed) in
+        manifest.tables.iter_mut().zip(files).zip(arrow).zip(parts).zip(lists_when_empty)
+    {
         t.files = files;
-        // A table left without a row keeps one empty file, as a run that writes none has.
         if t.files.is_empty() {
+            if !listed {
+                emptied.push(t.name.clone());
+                continue;
+            }
+            // `_rejects` and a declared table keep one empty file, as a run that writes none has.
             t.files.push(sink.part(&t.name, part, schema)?.close()?);
         }
         t.rows = t.files.iter().map(|f| f.rows).sum();
+    }
+    manifest.tables.retain(|t| !emptied.contains(&t.name));
+    schemas.retain(|s| !emptied.contains(&s.table));
+    // Its rewrite staged no file, but may have made its folder.
+    for name in &emptied {
+        let dir = staged.join(name);
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(UnwindError::Io { action: "remove", path: dir.display().to_string(), source }),
+        }
     }
     let ms = started.elapsed().as_millis() as u64;
     manifest.timings_ms.write += ms;

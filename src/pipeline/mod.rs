@@ -486,7 +486,7 @@ fn unwind_once(
                 // The compaction's time is added once it is done.
                 keep_base: kept.map_or(0, |k| k.millis),
             };
-            let (mut manifest, schemas) = assemble(Assembly {
+            let (mut manifest, mut schemas) = assemble(Assembly {
                 plan: &plan,
                 settings,
                 read: &read,
@@ -506,7 +506,8 @@ fn unwind_once(
             // In place onto a Parquet output: each table's files are the output's, less the
             // changed keys' rows, with this run's rows added.
             if let Some(ip) = in_place.as_ref().filter(|_| settings.format == Format::Parquet)
-                && let Err(reason) = in_place::rewrite(ip, &located, &mut manifest, &schemas, sink.as_ref(), settings)?
+                && let Err(reason) =
+                    in_place::rewrite(ip, &located, &mut manifest, &mut schemas, sink.as_ref(), settings)?
             {
                 return Ok(Err(reason));
             }

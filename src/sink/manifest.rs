@@ -504,6 +504,15 @@ pub struct Timings {
 }
 
 impl RunManifest {
+    /// Whether a run lists `table` even with no row, as every run does `_rejects` and the tables
+    /// its mapping declares (an entity's, a child table); an inferred table is listed only while
+    /// it has rows, as a full export without such items gives no such table.
+    pub fn lists_when_empty(&self, table: &TableReport) -> bool {
+        table.name == crate::normalize::naming::REJECTS_TABLE
+            || table.child_of.is_some()
+            || self.mapping.as_ref().is_some_and(|m| m.entities.iter().any(|e| e.table == table.name))
+    }
+
     /// Parses a manifest and checks that every file it lists stays inside the output.
     pub fn parse(path: &str, bytes: &[u8]) -> Result<RunManifest, ManifestError> {
         let m: RunManifest = serde_json::from_slice(bytes)
@@ -654,7 +663,8 @@ pub fn read_contracts(
     }
 }
 
-async fn read_object_contracts(
+/// [`read_contracts`] of an object-store prefix, for callers already in an async context.
+pub async fn read_object_contracts(
     url: &crate::store::ObjectUrl,
     aws: &crate::aws::AwsOptions,
 ) -> Result<Option<Vec<TableSchema>>, super::SinkError> {

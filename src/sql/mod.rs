@@ -309,7 +309,9 @@ impl Session {
                 {
                     let listed = match t.files.first() {
                         Some(f) => Some(data.written_schema(&f.path).await?),
-                        None => None,
+                        // A table without a file (every row deleted): the columns its contract
+                        // says etl writes, not the Delta provider's types.
+                        None => contract_schema(&opts.data, aws, &t.name).await?,
                     };
                     let home = data.home();
                     tables.push(register_delta(&ctx, &data, &home, &t.name, t.rows, version, listed, remote).await?);
@@ -655,6 +657,21 @@ fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
     })?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| SqlError::DataFusion(e.into()))?;
     Ok(reader.schema().clone())
+}
+
+/// The Arrow schema of the table `name` as its contract (`_etl/schema/`) says etl writes it;
+/// `None` when the output has no contract for it (`_rejects`).
+async fn contract_schema(
+    data: &Target,
+    aws: &crate::aws::AwsOptions,
+    name: &str,
+) -> Result<Option<SchemaRef>, SqlError> {
+    let contracts = match data {
+        Target::Path(_) => crate::sink::manifest::read_contracts(data, aws),
+        Target::Object(url) => crate::sink::manifest::read_object_contracts(url, aws).await,
+    };
+    let contracts = contracts.map_err(|e| SqlError::NotAnOutput { path: data.to_string(), reason: e.to_string() })?;
+    Ok(contracts.unwrap_or_default().into_iter().find(|c| c.table == name).map(|c| Arc::new(c.arrow_schema())))
 }
 
 /// Registers the Delta table `name` of the output at `home` at `version` as `name`. Its schema for

@@ -587,6 +587,11 @@ fn in_place_gives_the_replays_tables(options: &[&str]) {
             assert_eq!(got.get(name).map_or(&[][..], Vec::as_slice), rows.as_slice(), "step {k}: rows of `{name}`");
         }
         assert!(got.iter().all(|(n, r)| r.is_empty() || expected.contains_key(n)), "step {k}: {:?}", got.keys());
+        // The same tables listed, an emptied one too (gone, or kept empty where a replay keeps it).
+        let names = |r: &Json| -> Vec<String> {
+            r["tables"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+        };
+        assert_eq!(names(&report), names(&replay), "step {k}: the tables listed");
 
         // The folder holds the files listed, each table's files one schema.
         let listed = listed_inodes(&out);

@@ -428,3 +428,89 @@ fn a_delta_table_whose_rows_all_left_is_emptied_by_one_commit() {
     assert_eq!(actions(&first, "add"), 1, "{first}");
     assert_eq!((actions(&last, "remove"), actions(&last, "add")), (1, 0), "{last}");
 }
+
+/// Every row of a table deleted: the output lists its tables as a full export of the final state
+/// (which has no such item) would, whether the chain is unwound in one run, applied by a replay,
+/// or applied in place (Parquet `--in-place`, Delta): an inferred table is gone; `_rejects` and a
+/// table the mapping declares stay listed with no row, as in any run that writes none.
+#[test]
+fn a_table_whose_rows_all_left_is_listed_as_in_a_full_export() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("bucket");
+    let a = item("A", "1", json!({ "Type": s("user") }));
+    let b = item("B", "1", json!({ "Type": s("order") }));
+    let full_dir = full(&root, "01788249600000-aaaaaaaa", &[a, b.clone()]);
+    let w1 = ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z");
+    let inc = incremental(&root, "01788249540000-bbbbbbbb", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, None)]);
+    let mapping = tmp.path().join("order.toml");
+    let toml = "[settings]\ntype_attribute = \"Type\"\n\n[entity.order]\ntable = \"order\"\n\
+                keys = { PK = \"{pk}\", SK = \"{sk}\" }\ncolumns = [{ name = \"pk\" }, { name = \"sk\" }]\n";
+    std::fs::write(&mapping, toml).unwrap();
+    let mapped = ["--mapping", mapping.to_str().unwrap()];
+    let tables = |out: &Path| -> Vec<(String, u64)> {
+        let report = run_report(out);
+        let tables = report["tables"].as_array().unwrap().iter();
+        tables.map(|t| (t["name"].as_str().unwrap().to_owned(), t["rows"].as_u64().unwrap())).collect()
+    };
+    let mut n = 0;
+    let mut parquet_columns = std::collections::BTreeMap::new();
+    for (format, applies) in [("parquet", &[&[][..], &["--in-place"][..]][..]), ("delta", &[&[][..]][..])] {
+        for options in [&[][..], &mapped[..]] {
+            let case = format!("{format} {options:?}");
+            let opts: Vec<&str> = ["--format", format].iter().chain(options).copied().collect();
+            let chain = tmp.path().join(format!("chain{n}"));
+            unwind(&[&full_dir, &inc], &chain, &opts, 0);
+            let want = if options.is_empty() {
+                vec![("_rejects".to_owned(), 0), ("user".to_owned(), 1)]
+            } else {
+                vec![("_rejects".to_owned(), 0), ("order".to_owned(), 0), ("user".to_owned(), 1)]
+            };
+            assert_eq!(tables(&chain), want, "{case}: the chain in one run");
+            for how in applies {
+                n += 1;
+                let case = format!("{case} {how:?}");
+                let out = tmp.path().join(format!("out{n}"));
+                unwind(&[&full_dir], &out, &opts, 0);
+                assert!(out.join("order").is_dir(), "{case}");
+                let apply: Vec<&str> = opts.iter().chain(*how).copied().collect();
+                unwind(&[&inc], &out, &apply, 0);
+                let report = run_report(&out);
+                let in_place = format == "delta" || !how.is_empty();
+                assert_eq!(report["chain"]["applied_in_place"] == true, in_place, "{case}: {}", report["warnings"]);
+                assert_eq!(tables(&out), want, "{case}");
+                assert_eq!(report["reconciliation"]["balanced"], true, "{case}");
+                // `\d` shows each table's columns as written, with their origin: for a Delta table
+                // left without a file, its contract's (not the Delta provider's bare columns).
+                let columns = |out: &Path| {
+                    let (_rt, session) = crate::delta::session(out);
+                    let mut shown: Vec<String> = session
+                        .tables()
+                        .iter()
+                        .flat_map(|t| {
+                            t.columns()
+                                .into_iter()
+                                .map(|c| format!("{}.{} {} {}", t.name, c.name, c.type_name, c.origin))
+                        })
+                        .collect();
+                    shown.sort();
+                    shown
+                };
+                assert_eq!(columns(&out), columns(&chain), "{case}");
+                // And as over the Parquet chain, whose every table has a file.
+                let reference = parquet_columns.entry(options.is_empty()).or_insert_with(|| columns(&chain));
+                assert_eq!(&columns(&out), reference, "{case}: against the Parquet chain");
+                if format == "parquet" {
+                    // The folder and the contract go with the table.
+                    let contracts: Vec<String> = std::fs::read_dir(out.join("_etl/schema"))
+                        .unwrap()
+                        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                        .collect();
+                    let kept = !options.is_empty();
+                    assert_eq!(contracts.contains(&"order.json".to_owned()), kept, "{case}: {contracts:?}");
+                    assert_eq!(out.join("order").exists(), kept, "{case}");
+                    assert_eq!(table_rows(&out), table_rows(&chain), "{case}");
+                }
+            }
+        }
+    }
+}

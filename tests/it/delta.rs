@@ -46,7 +46,7 @@ fn listed_rows(out: &Path, table: &Json) -> Vec<String> {
     canonical_rows(tmp.path())
 }
 
-fn session(out: &Path) -> (tokio::runtime::Runtime, Arc<etl::sql::Session>) {
+pub(crate) fn session(out: &Path) -> (tokio::runtime::Runtime, Arc<etl::sql::Session>) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let session = rt
         .block_on(etl::sql::Session::open(

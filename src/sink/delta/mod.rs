@@ -414,8 +414,10 @@ pub(super) fn commit_tables(
     let mut files = 0;
     let mut bytes = 0;
     let mut versions = BTreeMap::new();
-    // Tables an apply in place left without a row.
+    // Tables an apply in place left without a row (those a run lists even then stay listed).
     let mut emptied = Vec::new();
+    let kept_when_empty: Vec<String> =
+        manifest.tables.iter().filter(|t| manifest.lists_when_empty(t)).map(|t| t.name.clone()).collect();
     let io = crate::store::io_runtime();
     for table in &mut manifest.tables {
         let at = home.join(&table.name);
@@ -508,7 +510,7 @@ pub(super) fn commit_tables(
                     files += added.len();
                     bytes += added.iter().map(|f| f.bytes).sum::<u64>();
                     let committed = report.mode != manifest::MergeMode::Unchanged;
-                    if run.in_place && table.rows == 0 {
+                    if run.in_place && table.rows == 0 && !kept_when_empty.contains(&table.name) {
                         // Its MERGE removed every row: it is emptied, as a replay would have it.
                         emptied.push(table.name.clone());
                     }
