@@ -395,15 +395,21 @@ fn state_makes_a_rerun_a_no_op_and_refuses_older_exports() {
     assert_eq!(canonical_rows(&out.join("_untyped")), rows);
 }
 
+/// A full export of one `user` and one `order` under `root`, and an incremental export deleting
+/// the `order`.
+fn the_only_order_deleted(root: &Path) -> (PathBuf, PathBuf) {
+    let a = item("A", "1", json!({ "Type": s("user") }));
+    let b = item("B", "1", json!({ "Type": s("order") }));
+    let full_dir = full(root, "01788249600000-aaaaaaaa", &[a, b.clone()]);
+    let w1 = ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z");
+    let inc = incremental(root, "01788249540000-bbbbbbbb", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, None)]);
+    (full_dir, inc)
+}
+
 #[test]
 fn a_delta_table_whose_rows_all_left_is_emptied_by_one_commit() {
     let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("bucket");
-    let a = item("A", "1", json!({ "Type": s("user") }));
-    let b = item("B", "1", json!({ "Type": s("order") }));
-    let full_dir = full(&root, "01788249600000-aaaaaaaa", &[a, b.clone()]);
-    let w1 = ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z");
-    let inc = incremental(&root, "01788249540000-bbbbbbbb", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, None)]);
+    let (full_dir, inc) = the_only_order_deleted(&tmp.path().join("bucket"));
     let out = tmp.path().join("out");
     unwind(&[&full_dir], &out, &["--format", "delta"], 0);
     assert!(out.join("order/_delta_log").is_dir());
@@ -436,12 +442,7 @@ fn a_delta_table_whose_rows_all_left_is_emptied_by_one_commit() {
 #[test]
 fn a_table_whose_rows_all_left_is_listed_as_in_a_full_export() {
     let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("bucket");
-    let a = item("A", "1", json!({ "Type": s("user") }));
-    let b = item("B", "1", json!({ "Type": s("order") }));
-    let full_dir = full(&root, "01788249600000-aaaaaaaa", &[a, b.clone()]);
-    let w1 = ("2026-09-01T07:59:00.000Z", "2026-09-01T08:20:00.000Z");
-    let inc = incremental(&root, "01788249540000-bbbbbbbb", TABLE, w1, "NEW_IMAGE", &[change(1, &b, None, None)]);
+    let (full_dir, inc) = the_only_order_deleted(&tmp.path().join("bucket"));
     let mapping = tmp.path().join("order.toml");
     let toml = "[settings]\ntype_attribute = \"Type\"\n\n[entity.order]\ntable = \"order\"\n\
                 keys = { PK = \"{pk}\", SK = \"{sk}\" }\ncolumns = [{ name = \"pk\" }, { name = \"sk\" }]\n";
