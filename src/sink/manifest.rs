@@ -576,11 +576,21 @@ fn is_confined(rel: &str) -> bool {
         && Path::new(rel).components().all(|c| matches!(c, Component::Normal(_)))
 }
 
-/// Writes `_etl/run.json` and `_etl/schema/<table>.json` into `dir`.
+/// Writes `_etl/run.json` and `_etl/schema/<table>.json` into `dir`, a staging folder: the
+/// contracts among `schemas` of the tables `manifest` lists, and no others (a contract an earlier
+/// write staged for a table no longer listed, one a Delta MERGE emptied, is removed), so that what
+/// is published from `dir` holds those of the listed tables only.
 pub fn write(dir: &Path, manifest: &RunManifest, schemas: &[TableSchema]) -> std::io::Result<()> {
     let schema_dir = dir.join(SCHEMA_DIR);
     std::fs::create_dir_all(&schema_dir)?;
-    for s in schemas {
+    let listed = || manifest.tables.iter().map(|t| t.name.as_str());
+    for e in std::fs::read_dir(&schema_dir)? {
+        let e = e?;
+        if e.file_name().to_str().is_some_and(|file| unlisted_contract(listed(), file)) {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    for s in schemas.iter().filter(|s| listed().any(|t| t == s.table)) {
         let text = serde_json::to_string_pretty(s).map_err(std::io::Error::other)?;
         std::fs::write(schema_dir.join(format!("{}.json", s.table)), text + "\n")?;
     }
@@ -641,23 +651,7 @@ pub fn read_contracts(
     match target {
         Target::Path(dir) => {
             let Some(manifest) = local_committed(dir)? else { return Ok(None) };
-            let mut out = Vec::new();
-            for name in contract_names(&manifest) {
-                let path = dir.join(SCHEMA_DIR).join(format!("{name}.json"));
-                let display = path.display().to_string();
-                let bytes = match std::fs::File::open(&path) {
-                    Ok(f) => {
-                        let mut bytes = Vec::new();
-                        std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_MANIFEST_BYTES), &mut bytes)
-                            .map_err(|e| ManifestError::Invalid { path: display.clone(), message: e.to_string() })?;
-                        bytes
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(ManifestError::Invalid { path: display, message: e.to_string() }.into()),
-                };
-                out.push(parse_contract(&display, &bytes)?);
-            }
-            Ok(Some(out))
+            Ok(Some(local_contracts(dir, &manifest)?))
         }
         Target::Object(url) => crate::store::io_runtime().block_on(read_object_contracts(url, aws)),
     }
@@ -669,19 +663,73 @@ pub async fn read_object_contracts(
     aws: &crate::aws::AwsOptions,
 ) -> Result<Option<Vec<TableSchema>>, super::SinkError> {
     let store = crate::store::open(url, aws).await?;
-    let prefix = url.dir_prefix();
     let Some(manifest) = object_committed(&store, url).await? else { return Ok(None) };
+    Ok(Some(object_contracts(&store, url, &manifest).await?))
+}
+
+/// The contracts of the tables `manifest` lists, `manifest` being the run committed at `target`
+/// (read by the caller already): [`read_contracts`] without reading `_etl/run.json` again.
+pub async fn contracts_of(
+    target: &crate::store::Target,
+    aws: &crate::aws::AwsOptions,
+    manifest: &RunManifest,
+) -> Result<Vec<TableSchema>, super::SinkError> {
+    use crate::store::Target;
+    match target {
+        Target::Path(dir) => local_contracts(dir, manifest),
+        Target::Object(url) => object_contracts(&crate::store::open(url, aws).await?, url, manifest).await,
+    }
+}
+
+/// The contracts in the output folder `dir` of the tables `manifest` lists.
+fn local_contracts(dir: &Path, manifest: &RunManifest) -> Result<Vec<TableSchema>, super::SinkError> {
+    let mut out = Vec::new();
+    for name in contract_names(manifest) {
+        let path = dir.join(SCHEMA_DIR).join(format!("{name}.json"));
+        let display = path.display().to_string();
+        let bytes = match std::fs::File::open(&path) {
+            Ok(f) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_MANIFEST_BYTES), &mut bytes)
+                    .map_err(|e| ManifestError::Invalid { path: display.clone(), message: e.to_string() })?;
+                bytes
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(ManifestError::Invalid { path: display, message: e.to_string() }.into()),
+        };
+        out.push(parse_contract(&display, &bytes)?);
+    }
+    Ok(out)
+}
+
+/// The contracts under the object-store prefix `url` of the tables `manifest` (its committed run)
+/// lists: the run's own copies.
+async fn object_contracts(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    url: &crate::store::ObjectUrl,
+    manifest: &RunManifest,
+) -> Result<Vec<TableSchema>, super::SinkError> {
+    let prefix = url.dir_prefix();
     let dir = match &manifest.run_id {
         Some(id) if is_confined(id) && !id.contains('/') => format!("{prefix}_etl/runs/{id}/schema"),
         _ => format!("{prefix}{SCHEMA_DIR}"),
     };
     let mut out = Vec::new();
-    for name in contract_names(&manifest) {
-        if let Some((shown, bytes)) = get(&store, url, format!("{dir}/{name}.json")).await? {
+    for name in contract_names(manifest) {
+        if let Some((shown, bytes)) = get(store, url, format!("{dir}/{name}.json")).await? {
             out.push(parse_contract(&shown, &bytes)?);
         }
     }
-    Ok(Some(out))
+    Ok(out)
+}
+
+/// Whether `file`, the name of a file in `_etl/schema/`, is the contract of none of the tables
+/// `listed` (those a run lists). [`write`] stages none; a publish that does not replace the whole
+/// output (a Delta output; any output on an object store) removes such a file once it has
+/// committed, so that `_etl/schema/` holds the contracts of the tables the output lists and no
+/// others, as a swapped Parquet folder does.
+pub(super) fn unlisted_contract<'a>(mut listed: impl Iterator<Item = &'a str>, file: &str) -> bool {
+    file.strip_suffix(".json").is_some_and(|table| !listed.any(|t| t == table))
 }
 
 /// The bytes of `key` under `url`'s bucket, `None` when it does not exist; bounded like a manifest.
@@ -735,6 +783,18 @@ mod tests {
         for bad in ["/etc/passwd", "../x.parquet", "user/../../x", "", "a//b", "./a", "a\\..\\b"] {
             assert!(!is_confined(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_contract_is_unlisted_when_no_listed_table_has_its_name() {
+        let listed = ["_rejects", "user", "order_item"];
+        let unlisted = |file| unlisted_contract(listed.iter().copied(), file);
+        assert!(!unlisted("user.json"));
+        assert!(!unlisted("order_item.json"));
+        assert!(unlisted("order.json"), "a table no longer listed");
+        assert!(unlisted("users.json") && unlisted("use.json"), "names compare whole");
+        assert!(!unlisted("user.json.tmp") && !unlisted("notes.txt"), "not a contract's name");
+        assert!(unlisted_contract(std::iter::empty(), "user.json"));
     }
 
     #[test]

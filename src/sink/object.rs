@@ -809,7 +809,8 @@ pub(in crate::sink) async fn remove_keys(store: &Arc<dyn ObjectStore>, keys: &[S
 
 /// Deletes etl-named objects of runs no committed `run.json` can reference any more, if
 /// `current` is still the head: runs other than the head and the one it replaced, except runs
-/// that declared the head as their base (they may still commit).
+/// that declared the head as their base (they may still commit). Also the `_etl/schema/` copies
+/// of tables the head no longer lists.
 async fn cleanup(
     store: &Arc<dyn ObjectStore>,
     url: &ObjectUrl,
@@ -825,6 +826,11 @@ async fn cleanup(
     }
     let keep: BTreeSet<&str> = [Some(current), head.replaces.as_deref()].into_iter().flatten().collect();
     let mut runs: BTreeMap<String, Vec<ObjPath>> = BTreeMap::new();
+    // The informational contracts of tables the committed run no longer lists (their copies
+    // were written by older runs): `_etl/schema/` lists the output's tables, as in a folder.
+    let listed: Option<Vec<&str>> = head.manifest.as_ref().map(|m| m.tables.iter().map(|t| t.name.as_str()).collect());
+    let contracts = format!("{}/", super::manifest::SCHEMA_DIR);
+    let mut stale = Vec::new();
     let p = ObjPath::from(prefix);
     let mut listing = store.list(Some(&p));
     while let Some(meta) = listing.next().await {
@@ -835,9 +841,20 @@ async fn cleanup(
             && !keep.contains(id)
         {
             runs.entry(id.to_owned()).or_default().push(meta.location);
+        } else if let (Some(file), Some(listed)) = (rel.strip_prefix(contracts.as_str()), &listed)
+            && !file.contains('/')
+            && super::manifest::unlisted_contract(listed.iter().copied(), file)
+        {
+            stale.push(meta.location);
         }
     }
     let mut n = 0;
+    for key in stale {
+        match store.delete(&key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => n += 1,
+            Err(e) => return Err(obj_err("delete", url, key.as_ref())(e)),
+        }
+    }
     for (id, mut keys) in runs {
         let started_key = format!("{prefix}{RUNS_DIR}{id}/{STARTED}");
         let live = match store.get(&ObjPath::from(started_key.as_str())).await {

@@ -426,3 +426,48 @@ fn in_place_onto_s3_gives_the_replays_tables(options: &[&str]) {
     assert!(r.stderr.contains("nothing to apply"), "{}", r.stderr);
     assert_eq!(s3_keys(m, &bucket, "out/"), keys);
 }
+
+/// An apply that deletes every row of an inferred table takes its contract with it on `s3://`
+/// too: the `_etl/schema/` copies are those of the tables the output lists (in a folder the same
+/// holds, `chain.rs`), whether the apply replays, rewrites Parquet in place or merges Delta.
+#[test]
+fn a_table_an_apply_empties_on_s3_leaves_no_contract() {
+    let Some(m) = moto() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("bucket");
+    let (full_dir, inc) = crate::chain::the_only_order_deleted(&root);
+    let bucket = unique("emptied");
+    py(m, "upload.py", &[s(&root), &bucket, "exports/t", "--as-export"]);
+    let export =
+        |dir: &Path| format!("s3://{bucket}/exports/t/AWSDynamoDB/{}/", dir.file_name().unwrap().to_string_lossy());
+    for (n, flags) in [&["--format", "parquet"][..], &["--format", "parquet", "--in-place"], &["--format", "delta"]]
+        .into_iter()
+        .enumerate()
+    {
+        let prefix = format!("out{n}/");
+        let out = format!("s3://{bucket}/{prefix}");
+        let args = |export: String| -> Vec<String> {
+            ["unwind".to_owned(), export, "--out".to_owned(), out.clone()]
+                .into_iter()
+                .chain(flags.iter().map(|f| f.to_string()))
+                .collect()
+        };
+        let run = |args: Vec<String>| etl_aws(m, &args.iter().map(String::as_str).collect::<Vec<_>>(), 0);
+        let contracts = || s3_keys(m, &bucket, &format!("{prefix}_etl/schema/"));
+        run(args(export(&full_dir)));
+        let both: BTreeSet<String> =
+            ["order", "user"].iter().map(|t| format!("{prefix}_etl/schema/{t}.json")).collect();
+        assert_eq!(contracts(), both, "{flags:?}: the full export");
+        run(args(export(&inc)));
+        let report = s3_report(m, &bucket, &prefix);
+        let tables: Vec<&str> =
+            report["tables"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(tables, ["_rejects", "user"], "{flags:?}");
+        let user = BTreeSet::from([format!("{prefix}_etl/schema/user.json")]);
+        assert_eq!(contracts(), user, "{flags:?}: after the apply");
+        // And the run's own copies, the ones readers use, are those of the listed tables.
+        let run_id = report["run_id"].as_str().unwrap();
+        let own = s3_keys(m, &bucket, &format!("{prefix}_etl/runs/{run_id}/schema/"));
+        assert_eq!(own, BTreeSet::from([format!("{prefix}_etl/runs/{run_id}/schema/user.json")]), "{flags:?}");
+    }
+}
