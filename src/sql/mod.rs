@@ -299,22 +299,32 @@ impl Session {
                     last_at: last.committed_at.clone(),
                 });
             };
+            // The contracts are the current run's, not the version's: none for a past version.
             for (name, v) in &at.tables {
-                tables.push(register_delta(&ctx, &data, &home, name, v.rows, v.version, None, remote).await?);
+                tables.push(register_delta(&ctx, &data, &home, name, v.rows, v.version, None, &[], remote).await?);
             }
         } else {
+            // The contracts, read once, if a Delta table without a file needs its columns.
+            let contracts = if run.tables.iter().any(|t| t.delta_version.is_some() && t.files.is_empty()) {
+                crate::sink::manifest::contracts_of(&opts.data, aws, &run)
+                    .await
+                    .map_err(|e| SqlError::NotAnOutput { path: opts.data.to_string(), reason: e.to_string() })?
+            } else {
+                Vec::new()
+            };
             for t in run.tables {
                 if let Some(version) = t.delta_version
                     && data.home().join(&t.name).is_table().await?
                 {
                     let listed = match t.files.first() {
                         Some(f) => Some(data.written_schema(&f.path).await?),
-                        // A table without a file (every row deleted): the columns its contract
-                        // says etl writes, not the Delta provider's types.
-                        None => contract_schema(&opts.data, aws, &t.name).await?,
+                        None => None,
                     };
                     let home = data.home();
-                    tables.push(register_delta(&ctx, &data, &home, &t.name, t.rows, version, listed, remote).await?);
+                    tables.push(
+                        register_delta(&ctx, &data, &home, &t.name, t.rows, version, listed, &contracts, remote)
+                            .await?,
+                    );
                     continue;
                 }
                 let urls = t.files.iter().map(|f| data.file_url(&f.path)).collect::<Result<Vec<_>, SqlError>>()?;
@@ -659,23 +669,20 @@ fn parquet_file_schema(path: &std::path::Path) -> Result<SchemaRef, SqlError> {
     Ok(reader.schema().clone())
 }
 
-/// The Arrow schema of the table `name` as its contract (`_etl/schema/`) says etl writes it;
-/// `None` when the output has no contract for it (`_rejects`).
-async fn contract_schema(
-    data: &Target,
-    aws: &crate::aws::AwsOptions,
-    name: &str,
-) -> Result<Option<SchemaRef>, SqlError> {
-    let contracts = match data {
-        Target::Path(_) => crate::sink::manifest::read_contracts(data, aws),
-        Target::Object(url) => crate::sink::manifest::read_object_contracts(url, aws).await,
-    };
-    let contracts = contracts.map_err(|e| SqlError::NotAnOutput { path: data.to_string(), reason: e.to_string() })?;
-    Ok(contracts.unwrap_or_default().into_iter().find(|c| c.table == name).map(|c| Arc::new(c.arrow_schema())))
+/// The columns of the Delta table `name` when its version has no file (every row deleted), as etl
+/// writes them rather than the Delta provider's bare types: `_rejects`'s fixed columns, or those
+/// of the table's contract among `contracts` (`_etl/schema/`); `None` when it has none.
+fn fileless_columns(name: &str, contracts: &[crate::schema::TableSchema]) -> Option<SchemaRef> {
+    if name == crate::normalize::naming::REJECTS_TABLE {
+        return Some(crate::normalize::rejects_schema());
+    }
+    contracts.iter().find(|c| c.table == name).map(|c| Arc::new(c.arrow_schema()))
 }
 
 /// Registers the Delta table `name` of the output at `home` at `version` as `name`. Its schema for
-/// `\d` is the version's columns with the types and metadata etl wrote ([`delta_written_schema`]).
+/// `\d` is the version's columns with the types and metadata etl wrote ([`delta_written_schema`]),
+/// read first from `listed` (the first file the run report lists, when known); a version without
+/// a file has [`fileless_columns`] (`contracts` are the output's, for its current versions only).
 ///
 /// For a `remote` (Ballista) session the table is the version's files as a listing table, which
 /// Ballista can send to its executors (deltalake's provider it cannot). That is exact only while
@@ -690,15 +697,15 @@ async fn register_delta(
     rows: u64,
     version: u64,
     listed: Option<SchemaRef>,
+    contracts: &[crate::schema::TableSchema],
     remote: bool,
 ) -> Result<TableInfo, SqlError> {
     let opened = delta_provider(ctx, &home.join(name), name, version).await?;
     let delta = datafusion::datasource::TableProvider::schema(opened.provider.as_ref());
-    // `_rejects` left without a file (every reject superseded, say) has its columns as written.
-    let listed = listed.or_else(|| {
-        (name == crate::normalize::naming::REJECTS_TABLE && opened.files.is_empty())
-            .then(crate::normalize::rejects_schema)
-    });
+    let listed = match listed {
+        None if opened.files.is_empty() => fileless_columns(name, contracts),
+        listed => listed,
+    };
     let schema = delta_written_schema(data, &delta, listed, &opened.files).await?;
     let provider = match (remote, opened.files.is_empty()) {
         (false, _) => opened.provider,
