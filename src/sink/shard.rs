@@ -136,12 +136,18 @@ pub fn list(out: &Path) -> Result<Listing, SinkError> {
     Ok(l)
 }
 
-/// `true` when `out` holds nothing but `_etl/shards/` (a new output whose shards have run).
+/// `true` when `out` holds nothing but `_etl/shards/` (a new output whose shards have run), or
+/// an empty `_etl/`: what a shard that starts at the same time has made of it so far (it creates
+/// `out/_etl/shards/` one folder after the other), which must not make its siblings refuse `out`.
 pub fn holds_only_shards(out: &Path) -> io::Result<bool> {
     let names = |d: &Path| -> io::Result<Vec<String>> {
         fs::read_dir(d)?.map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned())).collect()
     };
-    Ok(names(out)? == ["_etl"] && names(&out.join("_etl"))? == ["shards"])
+    if names(out)? != ["_etl"] {
+        return Ok(false);
+    }
+    let etl = names(&out.join("_etl"))?;
+    Ok(etl.is_empty() || etl == ["shards"])
 }
 
 /// Writes `bytes` to `path` through a temporary name and a rename, synced.
@@ -588,6 +594,31 @@ mod tests {
         for bad in ["shard-2-of-4", "shard-00004-of-00004", "shard-00002-of-00004x", ".attempt-00002-of-00004-1-2"] {
             assert_eq!(parse_name(bad, "shard-", ""), None, "{bad}");
         }
+    }
+
+    /// Shards started at once into a new folder: each may find what another has created of
+    /// `_etl/shards/` so far, and none of those states is a foreign folder (the Kubernetes recipe's
+    /// test, `shard.rs`, once failed on an empty `_etl/`).
+    #[test]
+    fn a_folder_a_starting_shard_is_creating_is_not_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let area = ShardArea::Folder(out.clone());
+        let refused = |area: &ShardArea| {
+            matches!(area.refuse_uncommittable(Format::Parquet), Err(SinkError::NotEtlOutput { .. }))
+        };
+        assert!(!refused(&area), "no folder yet");
+        for dir in ["", "_etl", "_etl/shards"] {
+            fs::create_dir_all(out.join(dir)).unwrap();
+            assert!(!refused(&area), "`{dir}` made so far");
+        }
+        assert!(holds_only_shards(&out).unwrap());
+        fs::write(out.join("_etl/notes"), "x").unwrap();
+        assert!(!holds_only_shards(&out).unwrap() && refused(&area), "a file of its own beside the shards");
+        fs::remove_file(out.join("_etl/notes")).unwrap();
+        fs::remove_dir(out.join("_etl/shards")).unwrap();
+        fs::write(out.join("notes"), "x").unwrap();
+        assert!(!holds_only_shards(&out).unwrap() && refused(&area), "a file beside `_etl/`");
     }
 
     #[test]
