@@ -504,6 +504,11 @@ pub struct Timings {
 }
 
 impl RunManifest {
+    /// Whether the run lists the table named `table`.
+    pub fn lists(&self, table: &str) -> bool {
+        self.tables.iter().any(|t| t.name == table)
+    }
+
     /// Whether a run lists `table` even with no row, as every run does `_rejects` and the tables
     /// its mapping declares (an entity's, a child table); an inferred table is listed only while
     /// it has rows, as a full export without such items gives no such table.
@@ -583,14 +588,8 @@ fn is_confined(rel: &str) -> bool {
 pub fn write(dir: &Path, manifest: &RunManifest, schemas: &[TableSchema]) -> std::io::Result<()> {
     let schema_dir = dir.join(SCHEMA_DIR);
     std::fs::create_dir_all(&schema_dir)?;
-    let listed = || manifest.tables.iter().map(|t| t.name.as_str());
-    for e in std::fs::read_dir(&schema_dir)? {
-        let e = e?;
-        if e.file_name().to_str().is_some_and(|file| unlisted_contract(listed(), file)) {
-            std::fs::remove_file(e.path())?;
-        }
-    }
-    for s in schemas.iter().filter(|s| listed().any(|t| t == s.table)) {
+    remove_unlisted_contracts(&schema_dir, manifest)?;
+    for s in schemas.iter().filter(|s| manifest.lists(&s.table)) {
         let text = serde_json::to_string_pretty(s).map_err(std::io::Error::other)?;
         std::fs::write(schema_dir.join(format!("{}.json", s.table)), text + "\n")?;
     }
@@ -723,13 +722,30 @@ async fn object_contracts(
     Ok(out)
 }
 
-/// Whether `file`, the name of a file in `_etl/schema/`, is the contract of none of the tables
-/// `listed` (those a run lists). [`write`] stages none; a publish that does not replace the whole
-/// output (a Delta output; any output on an object store) removes such a file once it has
-/// committed, so that `_etl/schema/` holds the contracts of the tables the output lists and no
-/// others, as a swapped Parquet folder does.
-pub(super) fn unlisted_contract<'a>(mut listed: impl Iterator<Item = &'a str>, file: &str) -> bool {
-    file.strip_suffix(".json").is_some_and(|table| !listed.any(|t| t == table))
+/// Whether `file`, the name of a file in `_etl/schema/`, is the contract of a table `lists` says
+/// a run does not list ([`RunManifest::lists`]). [`write`] stages none; a publish that does not
+/// replace the whole output (a Delta output; any output on an object store) removes such a file
+/// once it has committed, so that `_etl/schema/` holds the contracts of the tables the output
+/// lists and no others, as a swapped Parquet folder does.
+pub(super) fn unlisted_contract(lists: impl Fn(&str) -> bool, file: &str) -> bool {
+    file.strip_suffix(".json").is_some_and(|table| !lists(table))
+}
+
+/// Removes from the folder `schema_dir` the contract of every table `manifest` does not list
+/// ([`unlisted_contract`]). Tries every file and returns the first error.
+pub(super) fn remove_unlisted_contracts(schema_dir: &Path, manifest: &RunManifest) -> std::io::Result<()> {
+    let mut first = None;
+    for e in std::fs::read_dir(schema_dir)? {
+        let removed = e.and_then(|e| {
+            let unlisted = e.file_type()?.is_file()
+                && e.file_name().to_str().is_some_and(|file| unlisted_contract(|t| manifest.lists(t), file));
+            if unlisted { std::fs::remove_file(e.path()) } else { Ok(()) }
+        });
+        if let Err(err) = removed {
+            first.get_or_insert(err);
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// The bytes of `key` under `url`'s bucket, `None` when it does not exist; bounded like a manifest.
@@ -788,13 +804,13 @@ mod tests {
     #[test]
     fn a_contract_is_unlisted_when_no_listed_table_has_its_name() {
         let listed = ["_rejects", "user", "order_item"];
-        let unlisted = |file| unlisted_contract(listed.iter().copied(), file);
+        let unlisted = |file| unlisted_contract(|t| listed.contains(&t), file);
         assert!(!unlisted("user.json"));
         assert!(!unlisted("order_item.json"));
         assert!(unlisted("order.json"), "a table no longer listed");
         assert!(unlisted("users.json") && unlisted("use.json"), "names compare whole");
         assert!(!unlisted("user.json.tmp") && !unlisted("notes.txt"), "not a contract's name");
-        assert!(unlisted_contract(std::iter::empty(), "user.json"));
+        assert!(unlisted_contract(|_| false, "user.json"));
     }
 
     #[test]

@@ -828,7 +828,6 @@ async fn cleanup(
     let mut runs: BTreeMap<String, Vec<ObjPath>> = BTreeMap::new();
     // The informational contracts of tables the committed run no longer lists (their copies
     // were written by older runs): `_etl/schema/` lists the output's tables, as in a folder.
-    let listed: Option<Vec<&str>> = head.manifest.as_ref().map(|m| m.tables.iter().map(|t| t.name.as_str()).collect());
     let contracts = format!("{}/", super::manifest::SCHEMA_DIR);
     let mut stale = Vec::new();
     let p = ObjPath::from(prefix);
@@ -841,9 +840,9 @@ async fn cleanup(
             && !keep.contains(id)
         {
             runs.entry(id.to_owned()).or_default().push(meta.location);
-        } else if let (Some(file), Some(listed)) = (rel.strip_prefix(contracts.as_str()), &listed)
+        } else if let (Some(file), Some(committed)) = (rel.strip_prefix(contracts.as_str()), &head.manifest)
             && !file.contains('/')
-            && super::manifest::unlisted_contract(listed.iter().copied(), file)
+            && super::manifest::unlisted_contract(|t| committed.lists(t), file)
         {
             stale.push(meta.location);
         }

@@ -806,7 +806,7 @@ pub(super) fn publish_manifest(
     let schema_dir = target.join(manifest::SCHEMA_DIR);
     fs::create_dir_all(&schema_dir).map_err(SinkError::io("create", &schema_dir))?;
     // The contracts `write` staged: those of the tables the manifest lists.
-    for s in schemas.iter().filter(|s| manifest.tables.iter().any(|t| t.name == s.table)) {
+    for s in schemas.iter().filter(|s| manifest.lists(&s.table)) {
         let name = format!("{}.json", s.table);
         let from = staging.join(manifest::SCHEMA_DIR).join(&name);
         fs::rename(&from, schema_dir.join(&name)).map_err(SinkError::io("publish", &from))?;
@@ -823,28 +823,14 @@ pub(super) fn publish_manifest(
     let from = staging.join(RUN_REPORT);
     sync(&from)?;
     fs::rename(&from, target.join(RUN_REPORT)).map_err(SinkError::io("publish", &from))?;
-    remove_unlisted_contracts(&schema_dir, manifest);
+    // After the commit, so the output committed before it keeps every contract it lists. The
+    // run has committed: a contract that cannot be removed is a warning (nothing reads the
+    // contract of a table not listed; the next publish removes it).
+    if let Err(err) = manifest::remove_unlisted_contracts(&schema_dir, manifest) {
+        tracing::warn!(path = %schema_dir.display(), "published; a stale contract could not be removed: {err}");
+    }
     sync(&schema_dir)?;
     sync(&target.join("_etl"))
-}
-
-/// Removes from the published `schema_dir` the contract of every table the committed `manifest`
-/// no longer lists (an inferred table emptied by its MERGE, a table a replay no longer has), as a
-/// Parquet output's swap leaves none. After the commit, so the output committed before it keeps
-/// every contract it lists. The run has committed: a file that cannot be removed is a warning
-/// (nothing reads the contract of a table not listed; the next publish removes it).
-fn remove_unlisted_contracts(schema_dir: &Path, manifest: &RunManifest) {
-    let Ok(entries) = fs::read_dir(schema_dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(file) = name.to_str() else { continue };
-        if e.file_type().is_ok_and(|t| t.is_file())
-            && manifest::unlisted_contract(manifest.tables.iter().map(|t| t.name.as_str()), file)
-            && let Err(err) = fs::remove_file(e.path())
-        {
-            tracing::warn!(path = %e.path().display(), "published; a stale contract could not be removed: {err}");
-        }
-    }
 }
 
 /// The version of the last etl `txn` committed to `table`.
