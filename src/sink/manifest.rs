@@ -588,7 +588,7 @@ fn is_confined(rel: &str) -> bool {
 pub fn write(dir: &Path, manifest: &RunManifest, schemas: &[TableSchema]) -> std::io::Result<()> {
     let schema_dir = dir.join(SCHEMA_DIR);
     std::fs::create_dir_all(&schema_dir)?;
-    remove_unlisted_contracts(&schema_dir, manifest)?;
+    remove_unlisted_contracts(&schema_dir, |t| manifest.lists(t))?;
     for s in schemas.iter().filter(|s| manifest.lists(&s.table)) {
         let text = serde_json::to_string_pretty(s).map_err(std::io::Error::other)?;
         std::fs::write(schema_dir.join(format!("{}.json", s.table)), text + "\n")?;
@@ -731,14 +731,15 @@ pub(super) fn unlisted_contract(lists: impl Fn(&str) -> bool, file: &str) -> boo
     file.strip_suffix(".json").is_some_and(|table| !lists(table))
 }
 
-/// Removes from the folder `schema_dir` the contract of every table `manifest` does not list
-/// ([`unlisted_contract`]). Tries every file and returns the first error.
-pub(super) fn remove_unlisted_contracts(schema_dir: &Path, manifest: &RunManifest) -> std::io::Result<()> {
+/// Removes from the folder `schema_dir` every file that is the contract of a table `lists` says
+/// a run does not list ([`unlisted_contract`]; `|t| manifest.lists(t)`). Tries every file and
+/// returns the first error.
+pub(super) fn remove_unlisted_contracts(schema_dir: &Path, lists: impl Fn(&str) -> bool) -> std::io::Result<()> {
     let mut first = None;
     for e in std::fs::read_dir(schema_dir)? {
         let removed = e.and_then(|e| {
-            let unlisted = e.file_type()?.is_file()
-                && e.file_name().to_str().is_some_and(|file| unlisted_contract(|t| manifest.lists(t), file));
+            let unlisted =
+                e.file_type()?.is_file() && e.file_name().to_str().is_some_and(|file| unlisted_contract(&lists, file));
             if unlisted { std::fs::remove_file(e.path()) } else { Ok(()) }
         });
         if let Err(err) = removed {
@@ -811,6 +812,24 @@ mod tests {
         assert!(unlisted("users.json") && unlisted("use.json"), "names compare whole");
         assert!(!unlisted("user.json.tmp") && !unlisted("notes.txt"), "not a contract's name");
         assert!(unlisted_contract(|_| false, "user.json"));
+    }
+
+    #[test]
+    fn only_unlisted_contracts_are_removed_from_a_schema_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = dir.path();
+        for file in ["user.json", "order.json", "product.json", "notes.txt", "user.json.tmp"] {
+            std::fs::write(schema.join(file), "{}").unwrap();
+        }
+        std::fs::create_dir(schema.join("review.json")).unwrap();
+        let listed = ["_rejects", "user", "product"];
+        remove_unlisted_contracts(schema, |t| listed.contains(&t)).unwrap();
+        let mut left: Vec<String> =
+            std::fs::read_dir(schema).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        // `order.json` is the one unlisted contract; a folder, however named, is not a contract.
+        assert_eq!(left, ["notes.txt", "product.json", "review.json", "user.json", "user.json.tmp"]);
+        assert!(remove_unlisted_contracts(&schema.join("missing"), |_| true).is_err());
     }
 
     #[test]

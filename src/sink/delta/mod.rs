@@ -826,7 +826,7 @@ pub(super) fn publish_manifest(
     // After the commit, so the output committed before it keeps every contract it lists. The
     // run has committed: a contract that cannot be removed is a warning (nothing reads the
     // contract of a table not listed; the next publish removes it).
-    if let Err(err) = manifest::remove_unlisted_contracts(&schema_dir, manifest) {
+    if let Err(err) = manifest::remove_unlisted_contracts(&schema_dir, |t| manifest.lists(t)) {
         tracing::warn!(path = %schema_dir.display(), "published; a stale contract could not be removed: {err}");
     }
     sync(&schema_dir)?;
