@@ -9,8 +9,8 @@
 //! replay no longer has stays (null in the new rows), a new one is added to the schema, an
 //! `int64` column of the replay, or a `decimal` of a smaller scale, is cast exactly into the
 //! table's `decimal` (a value that does not fit is a reason to replace the table). Anything else (a
-//! wider or other type, a key attribute without a column) is not merged: [`merge`] returns
-//! [`Merged::Replace`] with the reason, and the caller replaces the table in one commit.
+//! wider or other type, a key attribute without a column) is not merged: [`prepare`] returns
+//! [`Prepared::Replace`] with the reason, and the caller replaces the table in one commit.
 //!
 //! A table that takes deletion vectors ([`dv`], `--deletion-vectors`) is merged without
 //! rewriting a file: the rows of changed keys found in each file (by position, less those its
@@ -43,12 +43,31 @@ use crate::schema::TableSchema;
 use crate::sink::SinkError;
 use crate::sink::manifest::{self, DeltaMerge, FileReport};
 
-/// What [`merge`] did.
-pub enum Merged {
-    /// Committed (or nothing to change: `version` is the table's current one).
-    Done { version: u64, report: DeltaMerge, files: Vec<FileReport> },
+/// What [`commit`] committed (or, with nothing to change, the table's current `version`).
+pub struct Merged {
+    pub version: u64,
+    pub report: DeltaMerge,
+    pub files: Vec<FileReport>,
+}
+
+/// What [`prepare`] made of one table's merge.
+pub enum Prepared {
+    /// Its files are written and its actions listed: [`commit`] commits them.
+    Ready(Box<Ready>),
     /// The table cannot be merged in place; replace it whole, for this reason.
     Replace(String),
+}
+
+/// A merge ready to commit: the table as it was read, and what its commit changes.
+pub struct Ready {
+    table_handle: DeltaTable,
+    /// The table's schema with the added columns, when there are any.
+    new_delta: Option<StructType>,
+    /// The key columns the merge found the changed keys by.
+    key_names: Vec<String>,
+    actions: Vec<Action>,
+    report: DeltaMerge,
+    files: Vec<FileReport>,
 }
 
 /// What a merge of one table works with.
@@ -68,7 +87,6 @@ pub struct MergeInput<'a> {
     pub key_attributes: &'a [String],
     /// The changed keys, DynamoDB JSON objects of the key attributes.
     pub keys: &'a [String],
-    pub txn_version: Option<i64>,
     pub props: &'a WriterProperties,
     /// Names this run's files.
     pub tag: &'a str,
@@ -261,7 +279,7 @@ impl<'k> ChangedKeys<'k> {
 }
 
 /// The changed keys a [`KeySet`] is made of: decoded once for every table ([`Search`]), or by
-/// the set itself when it needs them ([`merge`]).
+/// the set itself when it needs them ([`prepare`]).
 #[derive(Clone, Copy)]
 enum Keys<'k> {
     Json(&'k [String]),
@@ -682,8 +700,12 @@ fn not_fitting(e: datafusion::arrow::error::ArrowError, upserts: NewFile) -> Str
     format!("a changed row does not fit the table's columns: {e}")
 }
 
-/// Applies the changed keys of `input` to its Delta table in one commit.
-pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
+/// Makes the merge of `input`'s changed keys into its Delta table ready to commit: the files
+/// holding a changed key rewritten without those rows (or their rows marked in deletion
+/// vectors) and the file of the changed keys' rows written, nothing committed but a table's
+/// switch to deletion vectors. The merges of several tables can be prepared at once; each is
+/// then committed by [`commit`].
+pub fn prepare(input: MergeInput<'_>) -> Result<Prepared, SinkError> {
     let MergeInput {
         table,
         home,
@@ -694,7 +716,6 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         contract,
         key_attributes,
         keys,
-        txn_version,
         props,
         tag,
         deletion_vectors,
@@ -702,7 +723,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         upserts_only,
     } = input;
     let fail = delta_err(table, &home.shown());
-    let Some(contract) = contract else { return Ok(Merged::Replace("the table has no key columns".into())) };
+    let Some(contract) = contract else { return Ok(Prepared::Replace("the table has no key columns".into())) };
     let table_handle = if deletion_vectors { dv::enable(table_handle).map_err(&fail)? } else { table_handle };
     // Rows of changed keys are marked deleted in deletion vectors instead of files rewritten.
     let marking = dv::enabled(&table_handle);
@@ -711,11 +732,11 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
     let current_arrow = snapshot.snapshot().arrow_schema();
     let plan = match plan_schema(table, &current_delta, &current_arrow, &new_schema) {
         Ok(p) => p,
-        Err(reason) => return Ok(Merged::Replace(reason)),
+        Err(reason) => return Ok(Prepared::Replace(reason)),
     };
     let keyset = match key_rows(contract, key_attributes, Keys::Json(keys)) {
         Ok(k) => k,
-        Err(reason) => return Ok(Merged::Replace(reason)),
+        Err(reason) => return Ok(Prepared::Replace(reason)),
     };
     let mut report = DeltaMerge {
         mode: manifest::MergeMode::Merge,
@@ -745,7 +766,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
                         Ok((count, deleted)) => {
                             LocatedFile { positions: count.positions, deleted, schema: count.schema }
                         }
-                        Err(reason) => return Ok(Merged::Replace(reason)),
+                        Err(reason) => return Ok(Prepared::Replace(reason)),
                     };
                     &read
                 }
@@ -760,7 +781,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             continue;
         }
         if live.remove.deletion_vector.is_some() {
-            return Ok(Merged::Replace(vector_not_taken(&live.add.path)));
+            return Ok(Prepared::Replace(vector_not_taken(&live.add.path)));
         }
         // Where the run's check found the changed keys, a file holding none is not fetched.
         let changed = match found.and_then(|l| l.files.get(&live.add.path)) {
@@ -773,8 +794,8 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             Some(n) => n,
             None => match changed_rows(&path, table, &keyset)? {
                 Ok(Some(count)) => count.positions.len(),
-                Ok(None) => return Ok(Merged::Replace(format!("data file `{}` lacks a key column", live.add.path))),
-                Err(reason) => return Ok(Merged::Replace(reason)),
+                Ok(None) => return Ok(Prepared::Replace(format!("data file `{}` lacks a key column", live.add.path))),
+                Err(reason) => return Ok(Prepared::Replace(reason)),
             },
         };
         if changed == 0 {
@@ -790,7 +811,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         let upserts =
             match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag, upserts_only)? {
                 Ok(u) => u,
-                Err(reason) => return Ok(Merged::Replace(reason)),
+                Err(reason) => return Ok(Prepared::Replace(reason)),
             };
         report.rows_upserted = upserts.rows;
         if !marked.is_empty() {
@@ -816,8 +837,8 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         for part in &parts {
             match changed_rows(part, table, &keyset)? {
                 Ok(Some(count)) => counts.push(count),
-                Ok(None) => return Ok(Merged::Replace("a part of this run lacks a key column".into())),
-                Err(reason) => return Ok(Merged::Replace(reason)),
+                Ok(None) => return Ok(Prepared::Replace("a part of this run lacks a key column".into())),
+                Err(reason) => return Ok(Prepared::Replace(reason)),
             }
         }
         report.rows_upserted = counts.iter().map(|c| c.positions.len() as u64).sum();
@@ -845,7 +866,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
         let upserts =
             match upserted_rows(&parts, &keyset, &plan, home.write_dir(scratch), props, table, tag, upserts_only)? {
                 Ok(u) => u,
-                Err(reason) => return Ok(Merged::Replace(reason)),
+                Err(reason) => return Ok(Prepared::Replace(reason)),
             };
         report.rows_upserted = upserts.rows;
 
@@ -864,7 +885,7 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             let batches = reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))?;
             if let Err(reason) = without_changed_rows(batches, &keyset, &rel, &path, table, &mut out)? {
                 out.abandon();
-                return Ok(Merged::Replace(reason));
+                return Ok(Prepared::Replace(reason));
             }
             home.done_with(&path);
             actions.push(Action::Remove(remove));
@@ -878,17 +899,14 @@ pub fn merge(input: MergeInput<'_>) -> Result<Merged, SinkError> {
             files.push(r);
         }
     }
-    commit(Commit {
-        table,
-        home,
-        table_handle: &table_handle,
-        plan: &plan,
-        keyset: &keyset,
-        txn_version,
+    Ok(Prepared::Ready(Box::new(Ready {
+        table_handle,
+        new_delta: plan.new_delta,
+        key_names: keyset.names.clone(),
         actions,
         report,
         files,
-    })
+    })))
 }
 
 /// Why data file `rel`, which has a deletion vector, cannot be rewritten copy-on-write: the table
@@ -940,34 +958,22 @@ fn without_changed_rows(
     })
 }
 
-/// What [`commit`] commits.
-struct Commit<'a> {
-    table: &'a str,
-    home: &'a Home,
-    table_handle: &'a DeltaTable,
-    plan: &'a Plan,
-    keyset: &'a KeySet<'a>,
-    txn_version: Option<i64>,
-    actions: Vec<Action>,
-    report: DeltaMerge,
-    files: Vec<FileReport>,
-}
-
-/// The merge's one commit on the version it read: the added columns (if any) and `actions`,
-/// with the run's `txn`; nothing when there is nothing to change.
-fn commit(c: Commit<'_>) -> Result<Merged, SinkError> {
-    let Commit { table, home, table_handle, plan, keyset, txn_version, mut actions, mut report, files } = c;
+/// Commits the merge `ready` of `table` (at `home`) on the version it read: the added columns
+/// (if any) and its actions, with the run's `txn` (`txn_version`); nothing when there is nothing
+/// to change.
+pub fn commit(table: &str, home: &Home, txn_version: Option<i64>, ready: Ready) -> Result<Merged, SinkError> {
+    let Ready { table_handle, new_delta, key_names, mut actions, mut report, files } = ready;
     let fail = delta_err(table, &home.shown());
     let snapshot = table_handle.snapshot().map_err(&fail)?;
     let current_version = snapshot.version();
     report.files_added = files.len() as u64;
     report.bytes_added = files.iter().map(|f| f.bytes).sum();
-    if actions.is_empty() && plan.new_delta.is_none() {
+    if actions.is_empty() && new_delta.is_none() {
         report.mode = manifest::MergeMode::Unchanged;
-        return Ok(Merged::Done { version: current_version, report, files });
+        return Ok(Merged { version: current_version, report, files });
     }
     home.settle()?;
-    if let Some(schema) = &plan.new_delta {
+    if let Some(schema) = &new_delta {
         let metadata = snapshot
             .metadata()
             .clone()
@@ -978,7 +984,7 @@ fn commit(c: Commit<'_>) -> Result<Merged, SinkError> {
     let props_commit = super::commit_properties(txn_version);
     let operation = DeltaOperation::Merge {
         predicate: None,
-        merge_predicate: Some(format!("key columns {}", keyset.names.join(", "))),
+        merge_predicate: Some(format!("key columns {}", key_names.join(", "))),
         matched_predicates: Vec::new(),
         not_matched_predicates: Vec::new(),
         not_matched_by_source_predicates: Vec::new(),
@@ -989,7 +995,7 @@ fn commit(c: Commit<'_>) -> Result<Merged, SinkError> {
             CommitBuilder::from(props_commit).with_actions(actions).build(Some(snapshot), log_store, operation).await
         })
         .map_err(&fail)?;
-    Ok(Merged::Done { version: committed.version(), report, files })
+    Ok(Merged { version: committed.version(), report, files })
 }
 
 /// What [`changed_rows`] counted in one data file.

@@ -406,7 +406,7 @@ pub(super) fn commit_tables(
     manifest: &mut RunManifest,
     schemas: &[TableSchema],
 ) -> Result<Placed, SinkError> {
-    let TablesCommit { home, staging, scratch, props, tag, run, previous, stored } = *c;
+    let TablesCommit { home, scratch, props, tag, run, previous, .. } = *c;
     // Once an output takes deletion vectors, so do the tables later runs create.
     let vectors = run.deletion_vectors || previous.is_some_and(|p| p.deletion_vectors);
     manifest.deletion_vectors = vectors;
@@ -419,88 +419,32 @@ pub(super) fn commit_tables(
     let kept_when_empty: Vec<String> =
         manifest.tables.iter().filter(|t| manifest.lists_when_empty(t)).map(|t| t.name.clone()).collect();
     let io = crate::store::io_runtime();
-    for table in &mut manifest.tables {
-        let at = home.join(&table.name);
-        let path = at.shown();
-        let staged: Vec<PathBuf> = table.files.iter().map(|f| staging.join(&f.path)).collect();
-        let names: Vec<String> = table
-            .files
-            .iter()
-            .map(|f| {
-                Path::new(&f.path)
-                    .file_stem()
-                    .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
-                    .unwrap_or_else(|| format!("part-{tag}.parquet"))
-            })
-            .collect();
-        // Stored parts (a sharded run's, all of a table's or none) are copied into the table
-        // when it is committed; the schema is in their footers.
-        let copies: Vec<(String, String, u64)> = table
-            .files
-            .iter()
-            .zip(&names)
-            .filter_map(|(f, name)| stored.get(&f.path).map(|from| (from.clone(), name.clone(), f.bytes)))
-            .collect();
-        let copied = copies.len() == table.files.len() && !copies.is_empty();
-        if !copies.is_empty() && !copied {
-            return Err(SinkError::Io {
-                action: "commit",
-                path: path.clone(),
-                source: std::io::Error::other("a table of both stored and staged part files"),
-            });
-        }
-        let schema = match (copies.first(), staged.first(), contracts.get(table.name.as_str())) {
-            (Some((key, _, _)), _, _) => at.stored_schema(key, &table.name)?,
-            (None, Some(p), _) => written_schema(p, &table.name)?,
-            (None, None, Some(c)) => c.arrow_schema(),
-            (None, None, None) => (*crate::normalize::rejects_schema()).clone(),
-        };
-        let open = |source| DeltaError::Open {
-            table: table.name.clone(),
-            path: path.clone(),
-            version: 0,
-            source: Box::new(source),
-        };
-        let existing = if io.block_on(at.is_table())? { Some(io.block_on(at.open(None)).map_err(open)?) } else { None };
-        super::faults::point("delta-table-read");
-        // Merging: a table whose `txn` already covers this run was merged by an earlier
-        // attempt. (A full export replaces every table whatever its `txn`: replacing twice
-        // is the same as once.)
-        if let (Some(t), Some(_)) = (&existing, &run.merge)
-            && let Some(version) = covered(t, run, &table.name, &path)?
-        {
+    // Every table's place, staged files, schema and Delta table, read first.
+    let mut opened = Vec::with_capacity(manifest.tables.len());
+    for table in &manifest.tables {
+        opened.push(open(c, table, &contracts)?);
+    }
+    // The MERGEs rewrite their tables' files (the most of an apply's time) on the run's threads;
+    // the tables are then committed one after another, in the manifest's order.
+    let prepared = prepare_merges(c, manifest, &opened, &contracts, vectors);
+    for ((table, opened), prepared) in manifest.tables.iter_mut().zip(opened).zip(prepared) {
+        let Opened { at, path, staged, names, copies, copied, schema, existing, covered } = opened;
+        if let Some(version) = covered {
             tracing::info!(table = %table.name, version, "the table's Delta transaction covers this run: skipped");
             skipped(table, version, &mut versions, run.in_place.then_some(&at))?;
             continue;
         }
         let listed_before = previous.and_then(|p| p.tables.iter().find(|t| t.name == table.name)).map(|t| t.rows);
         // In place, `_rejects` holds this run's rejects only: appended to those of the runs before.
-        let append_to =
-            existing.as_ref().filter(|_| run.in_place && table.name == crate::normalize::naming::REJECTS_TABLE);
+        let append_to = existing.as_ref().filter(|_| appends(run, &table.name));
         let mut replace_reason = None;
-        if let (Some(keys), Some(t), None) = (&run.merge, existing.clone(), append_to) {
-            let merged = match keys.of(&table.name) {
-                Err(reason) => Ok(merge::Merged::Replace(reason)),
-                Ok((key_attributes, keys)) => merge::merge(merge::MergeInput {
-                    table: &table.name,
-                    home: &at,
-                    scratch,
-                    table_handle: t,
-                    parts: staged.clone(),
-                    new_schema: std::sync::Arc::new(schema.clone()),
-                    contract: contracts.get(table.name.as_str()).copied(),
-                    key_attributes,
-                    keys,
-                    txn_version: run.txn_version,
-                    props,
-                    tag,
-                    deletion_vectors: vectors,
-                    located: run.located.get(&table.name),
-                    upserts_only: run.in_place,
-                }),
-            };
+        if let Some(prepared) = prepared {
+            let merged = prepared.and_then(|p| match p {
+                merge::Prepared::Ready(ready) => merge::commit(&table.name, &at, run.txn_version, *ready).map(Ok),
+                merge::Prepared::Replace(reason) => Ok(Err(reason)),
+            });
             match merged {
-                Ok(merge::Merged::Done { version, report, files: added }) => {
+                Ok(Ok(merge::Merged { version, report, files: added })) => {
                     tracing::info!(table = %table.name, version, files_rewritten = report.files_rewritten, bytes_rewritten = report.bytes_rewritten, "merged the Delta table");
                     if run.in_place {
                         // Its staged rows are the upserted ones only.
@@ -523,10 +467,10 @@ pub(super) fn commit_tables(
                     }
                     continue;
                 }
-                Ok(merge::Merged::Replace(reason)) if run.in_place && listed_before.is_some() => {
+                Ok(Err(reason)) if run.in_place && listed_before.is_some() => {
                     return Err(DeltaError::InPlace { table: table.name.clone(), path, reason }.into());
                 }
-                Ok(merge::Merged::Replace(reason)) => {
+                Ok(Err(reason)) => {
                     tracing::warn!(table = %table.name, %reason, "the Delta table is replaced whole");
                     replace_reason = Some(reason);
                 }
@@ -656,6 +600,198 @@ pub(super) fn commit_tables(
         versions.remove(name);
     }
     Ok(Placed { versions, files, bytes })
+}
+
+/// One table of a run's manifest, as [`commit_tables`] finds it before committing anything.
+struct Opened {
+    /// Where its Delta table is, and that place as shown.
+    at: Home,
+    path: String,
+    /// Its staged part files, and the names they take in the table.
+    staged: Vec<PathBuf>,
+    names: Vec<String>,
+    /// Part files already in the output's store, copied into the table: (from, name, bytes).
+    copies: Vec<(String, String, u64)>,
+    /// Every part of the table is such a copy.
+    copied: bool,
+    /// The schema its parts were written with.
+    schema: Schema,
+    /// The Delta table there, if there is one.
+    existing: Option<deltalake::DeltaTable>,
+    /// The table's version when its `txn` already covers this run (a merge is skipped).
+    covered: Option<u64>,
+}
+
+/// Whether `table` is appended to rather than merged or replaced: in place, `_rejects` holds
+/// this run's rejects only.
+fn appends(run: &DeltaRun, table: &str) -> bool {
+    run.in_place && table == crate::normalize::naming::REJECTS_TABLE
+}
+
+/// Finds where `table` goes, what it is made of, and the Delta table already there.
+fn open(
+    c: &TablesCommit<'_>,
+    table: &manifest::TableReport,
+    contracts: &HashMap<&str, &TableSchema>,
+) -> Result<Opened, SinkError> {
+    let TablesCommit { home, staging, tag, run, stored, .. } = *c;
+    let at = home.join(&table.name);
+    let path = at.shown();
+    let staged: Vec<PathBuf> = table.files.iter().map(|f| staging.join(&f.path)).collect();
+    let names: Vec<String> = table
+        .files
+        .iter()
+        .map(|f| {
+            Path::new(&f.path)
+                .file_stem()
+                .map(|s| format!("{}-{tag}.parquet", s.to_string_lossy()))
+                .unwrap_or_else(|| format!("part-{tag}.parquet"))
+        })
+        .collect();
+    // Stored parts (a sharded run's, all of a table's or none) are copied into the table when it
+    // is committed; the schema is in their footers.
+    let copies: Vec<(String, String, u64)> = table
+        .files
+        .iter()
+        .zip(&names)
+        .filter_map(|(f, name)| stored.get(&f.path).map(|from| (from.clone(), name.clone(), f.bytes)))
+        .collect();
+    let copied = copies.len() == table.files.len() && !copies.is_empty();
+    if !copies.is_empty() && !copied {
+        return Err(SinkError::Io {
+            action: "commit",
+            path,
+            source: std::io::Error::other("a table of both stored and staged part files"),
+        });
+    }
+    let schema = match (copies.first(), staged.first(), contracts.get(table.name.as_str())) {
+        (Some((key, _, _)), _, _) => at.stored_schema(key, &table.name)?,
+        (None, Some(p), _) => written_schema(p, &table.name)?,
+        (None, None, Some(c)) => c.arrow_schema(),
+        (None, None, None) => (*crate::normalize::rejects_schema()).clone(),
+    };
+    let open = |source| DeltaError::Open {
+        table: table.name.clone(),
+        path: path.clone(),
+        version: 0,
+        source: Box::new(source),
+    };
+    let io = crate::store::io_runtime();
+    let existing = if io.block_on(at.is_table())? { Some(io.block_on(at.open(None)).map_err(open)?) } else { None };
+    super::faults::point("delta-table-read");
+    // Merging: a table whose `txn` already covers this run was merged by an earlier attempt. (A
+    // full export replaces every table whatever its `txn`: replacing twice is the same as once.)
+    let covered = match (&existing, &run.merge) {
+        (Some(t), Some(_)) => covered(t, run, &table.name, &path)?,
+        _ => None,
+    };
+    Ok(Opened { at, path, staged, names, copies, copied, schema, existing, covered })
+}
+
+/// Prepares the MERGE of every table of `manifest` that an apply merges (one that exists, is
+/// not covered by its `txn` and is not appended to), on the run's threads, the table that was
+/// largest first ([`merge::prepare`]); per table, in the manifest's order, `None` when it is not
+/// merged. Each table merged on an object store has a scratch folder of its own: the files of
+/// two tables can have the same names.
+fn prepare_merges(
+    c: &TablesCommit<'_>,
+    manifest: &RunManifest,
+    opened: &[Opened],
+    contracts: &HashMap<&str, &TableSchema>,
+    vectors: bool,
+) -> Vec<Option<Result<merge::Prepared, SinkError>>> {
+    let TablesCommit { scratch, props, tag, run, previous, .. } = *c;
+    let Some(keys) = &run.merge else { return manifest.tables.iter().map(|_| None).collect() };
+    let mut out: Vec<Option<Result<merge::Prepared, SinkError>>> = Vec::with_capacity(opened.len());
+    let mut jobs = Vec::new();
+    for (i, (table, o)) in manifest.tables.iter().zip(opened).enumerate() {
+        let Some(t) = o.existing.as_ref().filter(|_| o.covered.is_none() && !appends(run, &table.name)) else {
+            out.push(None);
+            continue;
+        };
+        let (key_attributes, keys) = match keys.of(&table.name) {
+            Ok(k) => k,
+            Err(reason) => {
+                out.push(Some(Ok(merge::Prepared::Replace(reason))));
+                continue;
+            }
+        };
+        let scratch = match &o.at {
+            Home::Object { .. } => {
+                let dir = scratch.join(format!("merge-{i:05}"));
+                if let Err(e) = fs::create_dir_all(&dir) {
+                    out.push(Some(Err(SinkError::io("create", &dir)(e))));
+                    continue;
+                }
+                dir
+            }
+            Home::Dir(_) => scratch.to_path_buf(),
+        };
+        let size = previous.and_then(|p| p.tables.iter().find(|p| p.name == table.name)).map_or(0, |p| p.bytes());
+        out.push(None);
+        jobs.push((size, (i, scratch, t.clone(), key_attributes, keys)));
+    }
+    let done = in_parallel(manifest.options.threads, jobs, |(i, scratch, t, key_attributes, keys)| {
+        let table = &manifest.tables[i];
+        let o = &opened[i];
+        let prepared = merge::prepare(merge::MergeInput {
+            table: &table.name,
+            home: &o.at,
+            scratch: &scratch,
+            table_handle: t,
+            parts: o.staged.clone(),
+            new_schema: std::sync::Arc::new(o.schema.clone()),
+            contract: contracts.get(table.name.as_str()).copied(),
+            key_attributes,
+            keys,
+            props,
+            tag,
+            deletion_vectors: vectors,
+            located: run.located.get(&table.name),
+            upserts_only: run.in_place,
+        });
+        if scratch.as_path() != c.scratch {
+            // Its files are in the table or removed: the folder is empty.
+            let _ = fs::remove_dir(&scratch);
+        }
+        (i, prepared)
+    });
+    for (i, prepared) in done {
+        out[i] = Some(prepared);
+    }
+    out
+}
+
+/// Runs `work` on each of `jobs` (each after its size) on `threads` workers, the largest first;
+/// the results in the order of `jobs`.
+fn in_parallel<J: Send, R: Send>(threads: usize, jobs: Vec<(u64, J)>, work: impl Fn(J) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, PoisonError};
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].0));
+    // Each job is taken once, by the worker that draws its place in `order`.
+    let jobs: Vec<Mutex<Option<J>>> = jobs.into_iter().map(|(_, j)| Mutex::new(Some(j))).collect();
+    let next = AtomicUsize::new(0);
+    let (order, jobs, next, work) = (&order, &jobs, &next, &work);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.clamp(1, jobs.len().max(1)))
+            .map(|_| {
+                s.spawn(move || {
+                    let mut done = Vec::new();
+                    while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let job = jobs[i].lock().unwrap_or_else(PoisonError::into_inner).take();
+                        if let Some(job) = job {
+                            done.push((i, work(job)));
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The rows version `version` of the table at `at` holds: each data file's record count less
@@ -951,6 +1087,33 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 
     use super::*;
+
+    /// Every job runs once, on as many workers as asked (or jobs there are), the largest taken
+    /// first, and the results come back in the jobs' order whatever order they finished in.
+    #[test]
+    fn jobs_run_in_parallel_once_each_largest_first_and_come_back_in_order() {
+        use std::sync::Mutex;
+        for threads in [0, 1, 2, 5] {
+            let started = Mutex::new(Vec::new());
+            let jobs: Vec<(u64, usize)> = [3u64, 40, 7, 40, 1, 12].into_iter().zip(0..).collect();
+            let done = in_parallel(threads, jobs, |j| {
+                started.lock().unwrap().push(j);
+                // The first jobs taken finish last.
+                std::thread::sleep(std::time::Duration::from_millis(20 - 3 * j as u64));
+                j * 10
+            });
+            assert_eq!(done, vec![0, 10, 20, 30, 40, 50], "threads {threads}");
+            let started = started.into_inner().unwrap();
+            let mut once = started.clone();
+            once.sort_unstable();
+            assert_eq!(once, vec![0, 1, 2, 3, 4, 5], "threads {threads}: each job once");
+            if threads <= 1 {
+                // One worker takes them largest first (ties in their order).
+                assert_eq!(started, vec![1, 3, 5, 2, 0, 4]);
+            }
+        }
+        assert!(in_parallel(2, Vec::<(u64, u8)>::new(), |j| j).is_empty());
+    }
 
     #[test]
     fn field_metadata_and_types_carry_into_the_delta_schema() {
