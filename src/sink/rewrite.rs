@@ -500,26 +500,12 @@ fn copy_group(
     let (at, rows) = (group.first_row, group.rows());
     let end = at + rows;
     let dropped = &drop[drop.partition_point(|&p| p < at)..drop.partition_point(|&p| p < end)];
-    // The row group's rows less those dropped, as a row selection: the reader skips them
-    // instead of decoding them for a filter to copy every other row out.
-    let mut kept = Vec::new();
-    let mut from = 0usize;
-    for &p in dropped {
-        let p = (p - at) as usize;
-        if p > from {
-            kept.push(from..p);
-        }
-        from = from.max(p + 1);
-    }
     let file = file.try_clone().map_err(SinkError::io("open", path))?;
     let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, group.meta.clone())
         .with_row_groups(vec![group.row_group])
         .with_batch_size(BATCH_ROWS);
-    if from > 0 {
-        if (from as u64) < rows {
-            kept.push(from..rows as usize);
-        }
-        builder = builder.with_row_selection(RowSelection::from_consecutive_ranges(kept.into_iter(), rows as usize));
+    if let Some(kept) = kept_rows(dropped, at, rows) {
+        builder = builder.with_row_selection(kept);
     }
     for batch in builder.build().map_err(err)? {
         let batch = batch.map_err(|e| err(e.into()))?;
@@ -529,6 +515,29 @@ fn copy_group(
         }
     }
     Ok(Ok(()))
+}
+
+/// The rows `at..at + rows` of a file less those at `dropped` (positions in the file, ascending,
+/// each inside those rows), as a selection of those rows; `None` when none is dropped. A reader
+/// given it skips the dropped rows instead of decoding them for a filter to copy every other row
+/// out.
+pub(super) fn kept_rows(dropped: &[u64], at: u64, rows: u64) -> Option<RowSelection> {
+    let mut kept = Vec::new();
+    let mut from = 0usize;
+    for &p in dropped {
+        let p = (p - at) as usize;
+        if p > from {
+            kept.push(from..p);
+        }
+        from = from.max(p + 1);
+    }
+    if from == 0 {
+        return None;
+    }
+    if (from as u64) < rows {
+        kept.push(from..rows as usize);
+    }
+    Some(RowSelection::from_consecutive_ranges(kept.into_iter(), rows as usize))
 }
 
 /// `batch` in the columns of `schema`: a column of its own type as it is, another type cast
@@ -654,6 +663,31 @@ mod tests {
             vec![Arc::new(StringArray::from(vec![Some("x"), None]))],
         );
         assert!(lay_out(&one, &table).unwrap_err().contains("column `lines`"));
+    }
+
+    /// The selection of a file's rows less some of them keeps the runs between those dropped,
+    /// and skips the dropped ones, at the start, in the middle and at the end; none dropped is
+    /// no selection.
+    #[test]
+    fn kept_rows_select_the_runs_between_the_rows_dropped() {
+        use datafusion::parquet::arrow::arrow_reader::RowSelector;
+        let sel = |s: Vec<RowSelector>| Some(RowSelection::from(s));
+        assert_eq!(kept_rows(&[], 10, 8), None);
+        assert_eq!(
+            kept_rows(&[12, 13, 15], 10, 8),
+            sel(vec![
+                RowSelector::select(2),
+                RowSelector::skip(2),
+                RowSelector::select(1),
+                RowSelector::skip(1),
+                RowSelector::select(2)
+            ])
+        );
+        assert_eq!(
+            kept_rows(&[10, 17], 10, 8),
+            sel(vec![RowSelector::skip(1), RowSelector::select(6), RowSelector::skip(1)])
+        );
+        assert_eq!(kept_rows(&[0, 1], 0, 2), sel(vec![RowSelector::skip(2)]));
     }
 
     /// A job rewritten as row group tasks, taken by several workers in any order the pool can

@@ -784,9 +784,10 @@ pub fn prepare(input: MergeInput<'_>) -> Result<Prepared, SinkError> {
             return Ok(Prepared::Replace(vector_not_taken(&live.add.path)));
         }
         // Where the run's check found the changed keys, a file holding none is not fetched.
-        let changed = match found.and_then(|l| l.files.get(&live.add.path)) {
-            Some(file) if file.positions.is_empty() => continue,
-            Some(file) => Some(file.positions.len()),
+        let located_rows = found.and_then(|l| l.files.get(&live.add.path)).map(|f| f.positions.as_slice());
+        let changed = match located_rows {
+            Some([]) => continue,
+            Some(rows) => Some(rows.len()),
             None => None,
         };
         let path = home.local_copy(&live.add.path, scratch)?;
@@ -804,7 +805,7 @@ pub fn prepare(input: MergeInput<'_>) -> Result<Prepared, SinkError> {
             report.files_rewritten += 1;
             report.bytes_rewritten += live.add.size.max(0).unsigned_abs();
             report.rows_removed += changed as u64;
-            holding.push((live.add.path, live.remove, path));
+            holding.push((live.add.path, live.remove, path, located_rows));
         }
     }
     if marking {
@@ -842,7 +843,7 @@ pub fn prepare(input: MergeInput<'_>) -> Result<Prepared, SinkError> {
             }
         }
         report.rows_upserted = counts.iter().map(|c| c.positions.len() as u64).sum();
-        for (_, remove, path) in holding {
+        for (_, remove, path, _) in holding {
             home.done_with(&path);
             actions.push(Action::Remove(remove));
         }
@@ -871,10 +872,22 @@ pub fn prepare(input: MergeInput<'_>) -> Result<Prepared, SinkError> {
         report.rows_upserted = upserts.rows;
 
         // The files holding a changed key, rewritten without those rows.
-        for (rewritten, (rel, remove, path)) in holding.into_iter().enumerate() {
+        for (rewritten, (rel, remove, path, located_rows)) in holding.into_iter().enumerate() {
             let file = fs::File::open(&path).map_err(SinkError::io("open", &path))?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
+            let mut reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(part_err(table, &path))?;
             let file_schema = reader.schema().clone();
+            // Where the run's check found the changed keys' rows, the reader skips them, and no
+            // key is compared again; elsewhere each batch's keys are.
+            let compare = match located_rows {
+                Some(rows) => {
+                    let total = reader.metadata().file_metadata().num_rows().max(0).unsigned_abs();
+                    if let Some(kept) = crate::sink::rewrite::kept_rows(rows, 0, total) {
+                        reader = reader.with_row_selection(kept);
+                    }
+                    None
+                }
+                None => Some(&keyset),
+            };
             let mut out = NewFile::create(
                 home.write_dir(scratch),
                 format!("part-r{rewritten:05}-{tag}.parquet"),
@@ -883,7 +896,7 @@ pub fn prepare(input: MergeInput<'_>) -> Result<Prepared, SinkError> {
                 table,
             )?;
             let batches = reader.with_batch_size(BATCH_ROWS).build().map_err(part_err(table, &path))?;
-            if let Err(reason) = without_changed_rows(batches, &keyset, &rel, &path, table, &mut out)? {
+            if let Err(reason) = without_changed_rows(batches, compare, &rel, &path, table, &mut out)? {
                 out.abandon();
                 return Ok(Prepared::Replace(reason));
             }
@@ -918,13 +931,14 @@ pub(super) fn vector_not_taken(rel: &str) -> String {
     )
 }
 
-/// The rows of `batches` (data file `rel` of `table`, at `path`) that hold no changed key,
-/// written into `out`. The file is read and filtered on a thread of its own while `out` encodes
+/// The rows of `batches` (data file `rel` of `table`, at `path`) that hold no changed key of
+/// `keyset`, written into `out`; every row of them with no `keyset` (the reader skipped the rows
+/// of changed keys). The file is read and filtered on a thread of its own while `out` encodes
 /// (the larger part): a table of one large file is rewritten on two cores. `Ok(Err(reason))`
 /// when its keys cannot be compared.
 fn without_changed_rows(
     batches: datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader,
-    keyset: &KeySet<'_>,
+    keyset: Option<&KeySet<'_>>,
     rel: &str,
     path: &Path,
     table: &str,
@@ -936,11 +950,15 @@ fn without_changed_rows(
         let (tx, rx) = std::sync::mpsc::sync_channel::<Kept>(2);
         s.spawn(move || {
             for batch in batches {
-                let kept = batch.map_err(arrow_err(table, path)).and_then(|batch| match keyset.matches(&batch) {
-                    Ok(Some(m)) => filter_record_batch(&batch, &not(&m)).map(Ok).map_err(arrow_err(table, path)),
-                    Ok(None) => Ok(Err(format!("data file `{rel}` lacks a key column"))),
-                    Err(reason) => Ok(Err(reason)),
-                });
+                let kept =
+                    batch.map_err(arrow_err(table, path)).and_then(|batch| match keyset.map(|k| k.matches(&batch)) {
+                        None => Ok(Ok(batch)),
+                        Some(Ok(Some(m))) => {
+                            filter_record_batch(&batch, &not(&m)).map(Ok).map_err(arrow_err(table, path))
+                        }
+                        Some(Ok(None)) => Ok(Err(format!("data file `{rel}` lacks a key column"))),
+                        Some(Err(reason)) => Ok(Err(reason)),
+                    });
                 let last = !matches!(kept, Ok(Ok(_)));
                 // The receiver is gone when the writer stopped: nothing more is wanted.
                 if tx.send(kept).is_err() || last {
