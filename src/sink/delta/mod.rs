@@ -670,14 +670,15 @@ fn open(
         (None, None, Some(c)) => c.arrow_schema(),
         (None, None, None) => (*crate::normalize::rejects_schema()).clone(),
     };
-    let open = |source| DeltaError::Open {
+    let not_opened = |source| DeltaError::Open {
         table: table.name.clone(),
         path: path.clone(),
         version: 0,
         source: Box::new(source),
     };
     let io = crate::store::io_runtime();
-    let existing = if io.block_on(at.is_table())? { Some(io.block_on(at.open(None)).map_err(open)?) } else { None };
+    let existing =
+        if io.block_on(at.is_table())? { Some(io.block_on(at.open(None)).map_err(not_opened)?) } else { None };
     super::faults::point("delta-table-read");
     // Merging: a table whose `txn` already covers this run was merged by an earlier attempt. (A
     // full export replaces every table whatever its `txn`: replacing twice is the same as once.)
