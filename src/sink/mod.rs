@@ -65,6 +65,26 @@ pub enum SinkError {
     /// A publish a killed run left half done cannot be completed safely.
     #[error("cannot complete the interrupted publish of `{path}` recorded in `{journal}`: {reason}")]
     Unrecoverable { path: String, journal: String, reason: String },
+    /// A worker of a parallel step stopped because another failed (never reported).
+    #[error("stopped: another worker failed")]
+    Cancelled,
+    /// A bug: a worker of a parallel step panicked.
+    #[error("internal error: {message}")]
+    Internal { message: String },
+}
+
+impl crate::pipeline::pool::PoolError for SinkError {
+    fn cancelled() -> Self {
+        SinkError::Cancelled
+    }
+
+    fn is_cancelled(&self) -> bool {
+        matches!(self, SinkError::Cancelled)
+    }
+
+    fn panicked(message: String) -> Self {
+        SinkError::Internal { message: format!("a worker panicked: {message}") }
+    }
 }
 
 impl SinkError {

@@ -49,6 +49,7 @@ use deltalake::protocol::SaveMode;
 use super::local::{RUN_REPORT, Staging};
 use super::manifest::{self, RunManifest};
 use super::{Committed, PartWriter, Sink, SinkError};
+use crate::pipeline::pool::{self, Stop};
 use crate::schema::TableSchema;
 pub use home::Home;
 
@@ -426,7 +427,7 @@ pub(super) fn commit_tables(
     }
     // The MERGEs rewrite their tables' files (the most of an apply's time) on the run's threads;
     // the tables are then committed one after another, in the manifest's order.
-    let prepared = prepare_merges(c, manifest, &opened, &contracts, vectors);
+    let prepared = prepare_merges(c, manifest, &opened, &contracts, vectors)?;
     for ((table, opened), prepared) in manifest.tables.iter_mut().zip(opened).zip(prepared) {
         let Opened { at, path, staged, names, copies, copied, schema, existing, covered } = opened;
         if let Some(version) = covered {
@@ -692,17 +693,17 @@ fn open(
 /// Prepares the MERGE of every table of `manifest` that an apply merges (one that exists, is
 /// not covered by its `txn` and is not appended to), on the run's threads, the table that was
 /// largest first ([`merge::prepare`]); per table, in the manifest's order, `None` when it is not
-/// merged. Each table merged on an object store has a scratch folder of its own: the files of
-/// two tables can have the same names.
+/// merged; `Err` only when a worker panicked. Each table merged on an object store has a scratch
+/// folder of its own: the files of two tables can have the same names.
 fn prepare_merges(
     c: &TablesCommit<'_>,
     manifest: &RunManifest,
     opened: &[Opened],
     contracts: &HashMap<&str, &TableSchema>,
     vectors: bool,
-) -> Vec<Option<Result<merge::Prepared, SinkError>>> {
+) -> Result<Vec<Option<Result<merge::Prepared, SinkError>>>, SinkError> {
     let TablesCommit { scratch, props, tag, run, previous, .. } = *c;
-    let Some(keys) = &run.merge else { return manifest.tables.iter().map(|_| None).collect() };
+    let Some(keys) = &run.merge else { return Ok(manifest.tables.iter().map(|_| None).collect()) };
     let mut out: Vec<Option<Result<merge::Prepared, SinkError>>> = Vec::with_capacity(opened.len());
     let mut jobs = Vec::new();
     for (i, (table, o)) in manifest.tables.iter().zip(opened).enumerate() {
@@ -730,16 +731,20 @@ fn prepare_merges(
         };
         let size = previous.and_then(|p| p.tables.iter().find(|p| p.name == table.name)).map_or(0, |p| p.bytes());
         out.push(None);
-        jobs.push((size, (i, scratch, t.clone(), key_attributes, keys)));
+        jobs.push((size, i, scratch, t, key_attributes, keys));
     }
-    let done = in_parallel(manifest.options.threads, jobs, |(i, scratch, t, key_attributes, keys)| {
+    // The pool takes its tasks in order: the largest table first.
+    jobs.sort_by_key(|&(size, ..)| std::cmp::Reverse(size));
+    let task = |done: &mut Vec<(usize, Result<merge::Prepared, SinkError>)>, k: usize, _: &Stop| {
+        let (_, i, scratch, t, key_attributes, keys) = &jobs[k];
+        let (i, scratch) = (*i, scratch.as_path());
         let table = &manifest.tables[i];
         let o = &opened[i];
         let prepared = merge::prepare(merge::MergeInput {
             table: &table.name,
             home: &o.at,
-            scratch: &scratch,
-            table_handle: t,
+            scratch,
+            table_handle: (*t).clone(),
             parts: o.staged.clone(),
             new_schema: std::sync::Arc::new(o.schema.clone()),
             contract: contracts.get(table.name.as_str()).copied(),
@@ -751,48 +756,21 @@ fn prepare_merges(
             located: run.located.get(&table.name),
             upserts_only: run.in_place,
         });
-        if scratch.as_path() != c.scratch {
+        if scratch != c.scratch {
             // Its files are in the table or removed: the folder is empty.
-            let _ = fs::remove_dir(&scratch);
+            let _ = fs::remove_dir(scratch);
         }
-        (i, prepared)
-    });
-    for (i, prepared) in done {
+        // A table's own error is its result, handled when it is committed, in table order.
+        done.push((i, prepared));
+        Ok::<(), SinkError>(())
+    };
+    // A task fails only by panicking: then that is the error.
+    for (i, prepared) in
+        pool::run(manifest.options.threads, jobs.len(), |_| Ok(Vec::new()), task)?.into_iter().flatten()
+    {
         out[i] = Some(prepared);
     }
-    out
-}
-
-/// Runs `work` on each of `jobs` (each after its size) on `threads` workers, the largest first;
-/// the results in the order of `jobs`.
-fn in_parallel<J: Send, R: Send>(threads: usize, jobs: Vec<(u64, J)>, work: impl Fn(J) -> R + Sync) -> Vec<R> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Mutex, PoisonError};
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].0));
-    // Each job is taken once, by the worker that draws its place in `order`.
-    let jobs: Vec<Mutex<Option<J>>> = jobs.into_iter().map(|(_, j)| Mutex::new(Some(j))).collect();
-    let next = AtomicUsize::new(0);
-    let (order, jobs, next, work) = (&order, &jobs, &next, &work);
-    let mut done: Vec<(usize, R)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads.clamp(1, jobs.len().max(1)))
-            .map(|_| {
-                s.spawn(move || {
-                    let mut done = Vec::new();
-                    while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        let job = jobs[i].lock().unwrap_or_else(PoisonError::into_inner).take();
-                        if let Some(job) = job {
-                            done.push((i, work(job)));
-                        }
-                    }
-                    done
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    });
-    done.sort_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
+    Ok(out)
 }
 
 /// The rows version `version` of the table at `at` holds: each data file's record count less
@@ -1088,33 +1066,6 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 
     use super::*;
-
-    /// Every job runs once, on as many workers as asked (or jobs there are), the largest taken
-    /// first, and the results come back in the jobs' order whatever order they finished in.
-    #[test]
-    fn jobs_run_in_parallel_once_each_largest_first_and_come_back_in_order() {
-        use std::sync::Mutex;
-        for threads in [0, 1, 2, 5] {
-            let started = Mutex::new(Vec::new());
-            let jobs: Vec<(u64, usize)> = [3u64, 40, 7, 40, 1, 12].into_iter().zip(0..).collect();
-            let done = in_parallel(threads, jobs, |j| {
-                started.lock().unwrap().push(j);
-                // The first jobs taken finish last.
-                std::thread::sleep(std::time::Duration::from_millis(20 - 3 * j as u64));
-                j * 10
-            });
-            assert_eq!(done, vec![0, 10, 20, 30, 40, 50], "threads {threads}");
-            let started = started.into_inner().unwrap();
-            let mut once = started.clone();
-            once.sort_unstable();
-            assert_eq!(once, vec![0, 1, 2, 3, 4, 5], "threads {threads}: each job once");
-            if threads <= 1 {
-                // One worker takes them largest first (ties in their order).
-                assert_eq!(started, vec![1, 3, 5, 2, 0, 4]);
-            }
-        }
-        assert!(in_parallel(2, Vec::<(u64, u8)>::new(), |j| j).is_empty());
-    }
 
     #[test]
     fn field_metadata_and_types_carry_into_the_delta_schema() {
