@@ -307,6 +307,44 @@ fn windows(tasks: &[(usize, usize)], size: impl Fn(usize) -> u64, min_files: usi
     out
 }
 
+/// `keys` sorted by their bytes, as `sort_unstable` sorts them. Each key is compared 16 bytes at
+/// a time, the 16 held beside it as an integer: the keys of a large chain are scattered over the
+/// heap, and a sort that compares them whole misses the cache at every comparison (`memcmp` was
+/// three quarters of writing the current images of 1.2M changed keys, 2.7 s of one core).
+fn sorted_by_bytes(keys: Vec<(&[u8], u32)>) -> Vec<(&[u8], u32)> {
+    let mut v: Vec<(u128, &[u8], u32)> = keys.into_iter().map(|(k, i)| (0, k, i)).collect();
+    sort_from(&mut v, 0);
+    v.into_iter().map(|(_, k, i)| (k, i)).collect()
+}
+
+/// Sorts `v`, whose keys all have the same first `at` bytes, by the bytes from `at` on.
+fn sort_from(v: &mut [(u128, &[u8], u32)], at: usize) {
+    if v.len() < 2 {
+        return;
+    }
+    // Bytes `at..at + 16`, big-endian, zeros past the key's end: a key that ends there sorts
+    // before any longer key with the same bytes, as it does compared whole.
+    for e in v.iter_mut() {
+        let rest = e.1.get(at..).unwrap_or_default();
+        let mut chunk = [0u8; 16];
+        let n = rest.len().min(16);
+        chunk[..n].copy_from_slice(&rest[..n]);
+        e.0 = u128::from_be_bytes(chunk);
+    }
+    v.sort_unstable_by_key(|e| e.0);
+    for run in v.chunk_by_mut(|a, b| a.0 == b.0) {
+        if run.len() < 2 {
+            continue;
+        }
+        if run.iter().all(|e| e.1.len() <= at + 16) {
+            // Every key ends within these bytes: only their lengths can still differ.
+            run.sort_unstable_by(|a, b| a.1.cmp(b.1));
+        } else {
+            sort_from(run, at + 16);
+        }
+    }
+}
+
 /// Where the current images are written inside the scratch folder.
 const CURRENT_FILE: &str = "chain-current.jsonl";
 
@@ -391,7 +429,7 @@ impl Applier {
         let (type_attribute, mapping) = (a.type_attribute.clone(), a.mapping.clone());
         let files = &plan.files;
         let threads = threads.max(1);
-        for window in windows(&tasks, |i| files[i].size, threads * 2) {
+        let parse = |window: &[(usize, usize)]| -> Result<Vec<Vec<Parsed>>, UnwindError> {
             let parsed = super::pool::run::<_, UnwindError>(
                 threads,
                 window.len(),
@@ -407,12 +445,25 @@ impl Applier {
             for (t, records) in parsed.into_iter().flatten() {
                 slots[t] = records;
             }
-            for (&(pos, i), records) in window.iter().zip(slots) {
-                for p in records {
-                    a.change(pos, p, i as u32);
+            Ok(slots)
+        };
+        // The next window is parsed while this one is reduced (on this thread, one core, in
+        // order): memory holds two windows' records.
+        let windows = windows(&tasks, |i| files[i].size, threads * 2);
+        std::thread::scope(|s| {
+            let mut next = windows.first().map(|&w| s.spawn(move || parse(w)));
+            for k in 0..windows.len() {
+                let Some(parsing) = next.take() else { break };
+                let slots = super::joined(parsing, "parsing the incremental exports")?;
+                next = windows.get(k + 1).map(|&w| s.spawn(move || parse(w)));
+                for (&(pos, i), records) in windows[k].iter().zip(slots) {
+                    for p in records {
+                        a.change(pos, p, i as u32);
+                    }
                 }
             }
-        }
+            Ok::<(), UnwindError>(())
+        })?;
         Ok(a)
     }
 
@@ -438,7 +489,13 @@ impl Applier {
         let is_new = self.new_exports.as_ref().and_then(|n| n.get(pos).copied());
         let prev = (is_new == Some(false)).then(|| (p.write_time, pos, new_table.clone()));
         let has_image = line_text.is_some();
-        let known = self.index.get(key.as_slice()).copied();
+        // One hash of the key, which is long (every key attribute's name and value): a new key
+        // takes the index's next final now, pushed below.
+        let (at, known) = match self.index.entry(key.into_boxed_slice()) {
+            std::collections::hash_map::Entry::Occupied(e) => (*e.get(), true),
+            std::collections::hash_map::Entry::Vacant(e) => (*e.insert(self.finals.len() as u32), false),
+        };
+        let known = known.then_some(at);
         let next = Final {
             write_time: p.write_time,
             export: pos,
@@ -489,7 +546,6 @@ impl Applier {
                     self.new_keys.push(next.keys.to_string());
                     self.new_finals.push(self.finals.len() as u32);
                 }
-                self.index.insert(key.into_boxed_slice(), self.finals.len() as u32);
                 self.finals.push(next);
             }
         }
@@ -503,8 +559,7 @@ impl Applier {
             let p = path.display().to_string();
             move |source| UnwindError::Io { action, path: p, source }
         };
-        let mut keys: Vec<(&[u8], u32)> = self.index.iter().map(|(k, &i)| (k.as_ref(), i)).collect();
-        keys.sort_unstable();
+        let keys = sorted_by_bytes(self.index.iter().map(|(k, &i)| (k.as_ref(), i)).collect());
         let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io("create"))?);
         let mut images = 0u64;
         let mut from = Vec::new();
@@ -587,8 +642,7 @@ impl Applier {
                 *b = true;
             }
         }
-        let mut keys: Vec<(&[u8], u32)> = self.index.iter().map(|(k, &i)| (k.as_ref(), i)).collect();
-        keys.sort_unstable();
+        let keys = sorted_by_bytes(self.index.iter().map(|(k, &i)| (k.as_ref(), i)).collect());
         keys.into_iter()
             .filter(|&(_, i)| self.finals[i as usize].line.is_some() || in_base[i as usize])
             .map(|(_, i)| {
@@ -752,6 +806,27 @@ impl Applier {
 mod tests {
     use super::*;
     use crate::decode::json::put_line;
+
+    proptest::proptest! {
+        #[test]
+        fn keys_sort_as_their_bytes_compared_whole(
+            keys in proptest::collection::hash_set(
+                // Few distinct bytes, zeros among them, long shared starts: the cases the
+                // 16-byte chunks must order as a whole comparison does.
+                proptest::strategy::Strategy::prop_map(
+                    proptest::collection::vec(proptest::prop_oneof![proptest::strategy::Just(0u8), 1u8..3], 0..40),
+                    |tail| [b"\x02\0\0\0PKS".to_vec(), tail].concat(),
+                ),
+                0..200,
+            )
+        ) {
+            let keys: Vec<Vec<u8>> = keys.into_iter().collect();
+            let given: Vec<(&[u8], u32)> = keys.iter().enumerate().map(|(i, k)| (k.as_slice(), i as u32)).collect();
+            let mut want = given.clone();
+            want.sort_unstable();
+            proptest::prop_assert_eq!(sorted_by_bytes(given), want);
+        }
+    }
 
     #[test]
     fn windows_take_small_files_together_and_large_ones_a_few_at_a_time() {

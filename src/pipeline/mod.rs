@@ -564,7 +564,10 @@ fn unwind_once(
 
 /// What a scoped thread doing `what` returned; its panic, with the panic's message, as an
 /// internal error.
-fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, Result<T, UnwindError>>, what: &str) -> Result<T, UnwindError> {
+pub(crate) fn joined<T>(
+    handle: std::thread::ScopedJoinHandle<'_, Result<T, UnwindError>>,
+    what: &str,
+) -> Result<T, UnwindError> {
     handle.join().unwrap_or_else(|panic| {
         Err(UnwindError::Internal {
             message: format!("{what} panicked: {}", pool::panic_message(panic.as_ref(), "no message")),
