@@ -143,28 +143,23 @@ pub fn locate(
     }
     tables.sort_by_key(|(t, ..)| std::cmp::Reverse(t.rows));
 
-    // The changed keys decoded: by the first worker that needs them as rows of the key
-    // attributes, and by table as rows of a mapped table's identity columns.
-    let all_keys = std::sync::OnceLock::new();
+    // The changed keys decoded: as rows of the key attributes on every worker, when a table
+    // finds them so, and by table as rows of a mapped table's identity columns.
+    let all_keys = if tables.iter().any(|t| t.4.is_none()) {
+        ChangedKeys::decode_on(&applier.new_keys, threads)?
+    } else {
+        ChangedKeys::decode(&[])
+    };
     let decoded = in_order(super::pool::run::<_, UnwindError>(
         threads,
         tables.len(),
         |_| Ok(Vec::new()),
         |out, i, _| {
-            if let Some(json) = tables[i].4 {
-                out.push((i, Some(ChangedKeys::decode(json))));
-            } else {
-                all_keys.get_or_init(|| ChangedKeys::decode(&applier.new_keys));
-                out.push((i, None));
-            }
+            out.push((i, tables[i].4.map(ChangedKeys::decode)));
             Ok(())
         },
     )?);
-    let keys_of = |i: usize| match &decoded[i] {
-        Some(keys) => keys,
-        // Decoded by the table's task already.
-        None => all_keys.get_or_init(|| ChangedKeys::decode(&applier.new_keys)),
-    };
+    let keys_of = |i: usize| decoded[i].as_ref().unwrap_or(&all_keys);
     let delta = crate::sink::delta::is_delta_output(&ip.previous);
     let searches = in_order(super::pool::run::<_, UnwindError>(
         threads,

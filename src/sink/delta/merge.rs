@@ -257,14 +257,28 @@ fn key_rows<'k>(contract: &TableSchema, key_attributes: &[String], keys: Keys<'k
     let types: Vec<DataType> = schema.fields().iter().map(|f| f.data_type().clone()).collect();
     let converter =
         RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).map_err(|e| e.to_string())?;
-    Ok(KeySet { names, types, converter, only_keys, keys, set: std::sync::OnceLock::new() })
+    let set = match keys {
+        Keys::Decoded(k) => k.shared(&only_keys),
+        Keys::Json(_) => SharedKeyRows::default(),
+    };
+    Ok(KeySet { names, types, converter, only_keys, keys, set })
 }
 
 /// The changed keys an apply looks for in every table, decoded once: `(index in the keys given,
 /// the key's attributes)`, a key that is not a DynamoDB JSON object left out.
 pub struct ChangedKeys<'k> {
     items: Vec<(u32, crate::decode::Item<'k>)>,
+    /// The keys' rows, made once for all the tables whose key columns read the same attributes
+    /// in the same types: the tables of an unmapped output all have `PK` and `SK` as strings,
+    /// and each made its own copy of every changed key's row before.
+    sets: std::sync::Mutex<Vec<(KeySignature, SharedKeyRows)>>,
 }
+
+/// What a table's [`KeyRows`] depend on: each key column's attribute and type, in order.
+type KeySignature = Vec<(String, crate::schema::ColumnType)>;
+
+/// A table's [`KeyRows`], made when first looked up, shared by the tables of one signature.
+type SharedKeyRows = Arc<std::sync::OnceLock<Result<KeyRows, String>>>;
 
 impl<'k> ChangedKeys<'k> {
     /// `keys`: DynamoDB JSON objects of the key attributes.
@@ -274,7 +288,45 @@ impl<'k> ChangedKeys<'k> {
             .enumerate()
             .filter_map(|(i, k)| crate::decode::json::decode_item_object(k).ok().map(|item| (i as u32, item)))
             .collect();
-        ChangedKeys { items }
+        ChangedKeys { items, sets: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// [`ChangedKeys::decode`] on `threads` workers, a run of keys each: a large incremental
+    /// export's million changed keys took seconds of one core to decode.
+    pub fn decode_on(keys: &'k [String], threads: usize) -> Result<ChangedKeys<'k>, SinkError> {
+        const RUN: usize = 1 << 14;
+        type Decoded<'k> = Vec<(u32, crate::decode::Item<'k>)>;
+        let parts = crate::pipeline::pool::run(
+            threads,
+            keys.len().div_ceil(RUN),
+            |_| Ok(Vec::new()),
+            |out: &mut Vec<(usize, Decoded<'k>)>, r, _| {
+                let start = r * RUN;
+                let run = &keys[start..(start + RUN).min(keys.len())];
+                let items = run.iter().enumerate().filter_map(|(i, k)| {
+                    crate::decode::json::decode_item_object(k).ok().map(|item| ((start + i) as u32, item))
+                });
+                out.push((r, items.collect()));
+                Ok::<(), SinkError>(())
+            },
+        )?;
+        let mut parts: Vec<(usize, Decoded<'k>)> = parts.into_iter().flatten().collect();
+        parts.sort_unstable_by_key(|(r, _)| *r);
+        let items = parts.into_iter().flat_map(|(_, items)| items).collect();
+        Ok(ChangedKeys { items, sets: std::sync::Mutex::new(Vec::new()) })
+    }
+
+    /// The rows of the tables whose key columns are `only_keys`'s (their names aside).
+    fn shared(&self, only_keys: &TableSchema) -> SharedKeyRows {
+        let signature: KeySignature = only_keys.columns.iter().map(|c| (c.source.clone(), c.ty.clone())).collect();
+        // A worker that panicked while holding the lock left the list whole: it only pushes.
+        let mut sets = self.sets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, set)) = sets.iter().find(|(s, _)| *s == signature) {
+            return set.clone();
+        }
+        let set = SharedKeyRows::default();
+        sets.push((signature, set.clone()));
+        set
     }
 }
 
@@ -286,7 +338,7 @@ enum Keys<'k> {
     Decoded(&'k ChangedKeys<'k>),
 }
 
-/// The hashes [`KeyRows::hashes`] holds: DataFusion's vectorized row hashing, as its hash joins
+/// The hashes [`KeyRows::by_hash`] holds: DataFusion's vectorized row hashing, as its hash joins
 /// use, with a fixed seed (the keys' and the files' columns are hashed by the same state).
 fn hash_state() -> datafusion::common::hash_utils::RandomState {
     datafusion::common::hash_utils::RandomState::with_seed(0)
@@ -303,18 +355,34 @@ fn key_set(only_keys: &TableSchema, keys: Keys<'_>, converter: &RowConverter) ->
             &decoded
         }
     };
-    // A row the table cannot hold fails part-way and leaves its builder unusable: each key is
-    // tried in `probe` first, made anew after a failure, and only a key it took goes into
-    // `builder`, where it cannot fail.
+    // A row the table cannot hold fails part-way and leaves its builder unusable. Until one
+    // fails, each key goes straight into `builder`; after the first failure the builder is made
+    // anew from the keys it took, and each further key is tried in `probe` first (made anew after
+    // a failure), so that only a key it took goes into `builder`, where it cannot fail.
     let mut builder = BatchBuilder::new(only_keys);
-    let mut probe = BatchBuilder::new(only_keys);
-    let mut indexes = Vec::with_capacity(keys.items.len());
-    for (k, item) in &keys.items {
-        if probe.append(item).is_ok() {
-            builder.append(item).map_err(|e| e.to_string())?;
-            indexes.push(*k);
-        } else {
-            probe = BatchBuilder::new(only_keys);
+    let mut probe: Option<BatchBuilder> = None;
+    let mut taken: Vec<usize> = Vec::with_capacity(keys.items.len());
+    for (at, (_, item)) in keys.items.iter().enumerate() {
+        match &mut probe {
+            None => {
+                if builder.append(item).is_ok() {
+                    taken.push(at);
+                    continue;
+                }
+                builder = BatchBuilder::new(only_keys);
+                for &t in &taken {
+                    builder.append(&keys.items[t].1).map_err(|e| e.to_string())?;
+                }
+                probe = Some(BatchBuilder::new(only_keys));
+            }
+            Some(p) => {
+                if p.append(item).is_ok() {
+                    builder.append(item).map_err(|e| e.to_string())?;
+                    taken.push(at);
+                } else {
+                    *p = BatchBuilder::new(only_keys);
+                }
+            }
         }
     }
     let batch = builder.finish().map_err(|e| e.to_string())?;
@@ -322,19 +390,50 @@ fn key_set(only_keys: &TableSchema, keys: Keys<'_>, converter: &RowConverter) ->
     let mut hashes = vec![0u64; batch.num_rows()];
     datafusion::common::hash_utils::create_hashes(batch.columns(), &hash_state(), &mut hashes)
         .map_err(|e| e.to_string())?;
-    Ok(KeyRows {
-        rows: rows.iter().zip(&indexes).map(|(r, &k)| (r.as_ref().to_vec().into_boxed_slice(), k)).collect(),
-        hashes: hashes.into_iter().collect(),
-    })
+    // Chained by hash, the last row first: of two keys with the same row, the later is found.
+    let mut by_hash: HashMap<u64, u32, foldhash::fast::RandomState> = HashMap::default();
+    by_hash.reserve(hashes.len());
+    let mut next = vec![NO_ROW; hashes.len()];
+    for (at, &h) in hashes.iter().enumerate() {
+        if let Some(first) = by_hash.insert(h, at as u32) {
+            next[at] = first;
+        }
+    }
+    Ok(KeyRows { rows, indexes: taken.iter().map(|&t| keys.items[t].0).collect(), by_hash, next })
 }
+
+/// The end of a chain of rows in [`KeyRows::next`].
+const NO_ROW: u32 = u32::MAX;
 
 /// Each changed key's row of key columns, with its index in the keys given, and the hash of
 /// each. Every row of a table is looked up here: its hash first, computed column by column for
 /// a whole batch, so that only the few rows whose hash is a changed key's are converted and
-/// compared. Both sets hash with foldhash (already built for DataFusion).
+/// compared. The rows are one buffer, not an allocation each: a million changed keys took
+/// seconds of one core to box and to free.
 struct KeyRows {
-    rows: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
-    hashes: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+    rows: datafusion::arrow::row::Rows,
+    /// Per row, the index of its key in the keys given.
+    indexes: Vec<u32>,
+    /// By hash, the last row with it; foldhash (already built for DataFusion).
+    by_hash: HashMap<u64, u32, foldhash::fast::RandomState>,
+    /// Per row, the row before it with the same hash, or [`NO_ROW`].
+    next: Vec<u32>,
+}
+
+impl KeyRows {
+    /// The index of the key whose row is `row`, whose hash is `hash`.
+    fn find(&self, hash: u64, row: &[u8]) -> Option<u32> {
+        let mut at = *self.by_hash.get(&hash)?;
+        loop {
+            if self.rows.row(at as usize).as_ref() == row {
+                return Some(self.indexes[at as usize]);
+            }
+            at = self.next[at as usize];
+            if at == NO_ROW {
+                return None;
+            }
+        }
+    }
 }
 
 /// The changed keys of one table, as rows of its key columns. The rows are made when first
@@ -346,7 +445,7 @@ struct KeySet<'k> {
     converter: RowConverter,
     only_keys: TableSchema,
     keys: Keys<'k>,
-    set: std::sync::OnceLock<Result<KeyRows, String>>,
+    set: SharedKeyRows,
 }
 
 impl KeySet<'_> {
@@ -382,7 +481,7 @@ impl KeySet<'_> {
         let mut hashes = vec![0u64; batch.num_rows()];
         datafusion::common::hash_utils::create_hashes(&cols, &hash_state(), &mut hashes).map_err(|e| e.to_string())?;
         let candidates: Vec<u32> =
-            (0..hashes.len() as u32).filter(|&i| set.hashes.contains(&hashes[i as usize])).collect();
+            (0..hashes.len() as u32).filter(|&i| set.by_hash.contains_key(&hashes[i as usize])).collect();
         if candidates.is_empty() {
             return Ok(Some(Vec::new()));
         }
@@ -398,7 +497,7 @@ impl KeySet<'_> {
             at.values()
                 .iter()
                 .zip(rows.iter())
-                .filter_map(|(&i, r)| set.rows.get(r.as_ref()).map(|&k| (i, k)))
+                .filter_map(|(&i, r)| set.find(hashes[i as usize], r.as_ref()).map(|k| (i, k)))
                 .collect(),
         ))
     }
@@ -1174,6 +1273,32 @@ mod tests {
             col("v", crate::schema::ColumnType::Utf8),
         ];
         TableSchema { table: "t".into(), entity: Some("T".into()), columns, extra: None }
+    }
+
+    #[test]
+    fn tables_with_the_same_key_columns_share_one_set_of_key_rows() {
+        let json: Vec<String> =
+            [r#"{"PK":{"S":"A"},"SK":{"N":"1"}}"#, r#"{"PK":{"S":"B"},"SK":{"S":"x"}}"#].map(String::from).to_vec();
+        let keys = ChangedKeys::decode(&json);
+        let names = ["PK".to_owned(), "SK".to_owned()];
+        // Another table, its key columns named otherwise: the same attributes in the same types.
+        let mut renamed = key_contract();
+        renamed.table = "u".into();
+        renamed.columns[0].name = "pk".into();
+        let mut text_sk = key_contract();
+        text_sk.columns[1].ty = crate::schema::ColumnType::Utf8;
+        let [a, b, c] = [key_contract(), renamed, text_sk].map(|t| key_rows(&t, &names, Keys::Decoded(&keys)).unwrap());
+        assert!(Arc::ptr_eq(&a.set, &b.set));
+        assert!(!Arc::ptr_eq(&a.set, &c.set));
+        // Made once, by whichever looks first; each type keeps the keys it can hold: the number
+        // in an `int64` key column, the string in a text one.
+        let indexes = |k: &KeySet<'_>| k.set().unwrap().indexes.clone();
+        assert_eq!(indexes(&b), [0]);
+        assert_eq!(indexes(&a), [0]);
+        assert_eq!(indexes(&c), [1]);
+        // A set made from JSON is the table's own.
+        let own = key_rows(&key_contract(), &names, Keys::Json(&json)).unwrap();
+        assert!(!Arc::ptr_eq(&a.set, &own.set));
     }
 
     #[test]
